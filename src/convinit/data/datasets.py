@@ -1,0 +1,154 @@
+"""The dataset registry and the in-memory dataset every reader returns.
+
+Each reader module (one per on-disk format) registers its datasets with `register_dataset`. A reader
+returns whole splits as uint8 tensors (N, C, H, W): small-data training keeps the full dataset on the
+training device, so there is no per-image Python work during training.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from convinit.errors import ConfigError, DataError
+
+
+@dataclass
+class ImageDataset:
+    """Both splits of a dataset as uint8 image tensors (N, C, H, W) and int64 labels."""
+
+    name: str
+    train_images: torch.Tensor
+    train_labels: torch.Tensor
+    test_images: torch.Tensor
+    test_labels: torch.Tensor
+    classes: list[str]
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.mean or not self.std:
+            self.mean, self.std = channel_statistics(self.train_images)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def in_chans(self) -> int:
+        return int(self.train_images.shape[1])
+
+    @property
+    def img_size(self) -> tuple[int, int]:
+        return int(self.train_images.shape[2]), int(self.train_images.shape[3])
+
+
+def channel_statistics(images: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std of uint8 images, in [0, 1] units (computed in chunks to bound memory)."""
+    total = torch.zeros(images.shape[1], dtype=torch.float64)
+    total_sq = torch.zeros_like(total)
+    for chunk in images.split(4096):
+        x = chunk.double().div_(255)
+        total += x.sum(dim=(0, 2, 3))
+        total_sq += x.pow(2).sum(dim=(0, 2, 3))
+    count = images.shape[0] * images.shape[2] * images.shape[3]
+    mean = total / count
+    std = (total_sq / count - mean**2).clamp_min(1e-12).sqrt()
+    return tuple(mean.tolist()), tuple(std.tolist())
+
+
+Reader = Callable[[Path, bool], ImageDataset]
+
+
+def files_missing(*names: str) -> Callable[[Path], list[str]]:
+    """A `missing_in` check for readers that need fixed file names under the dataset directory."""
+    return lambda root: [name for name in names if not (root / name).exists()]
+
+
+@dataclass
+class DatasetInfo:
+    """A registered dataset: how to read it, where it lives by default and how to get it."""
+
+    name: str
+    reader: Reader
+    how_to_obtain: str
+    default_dir: Callable[[], Path | None] = lambda: None
+    can_download: bool = False
+    needs_dir: bool = True
+    missing_in: Callable[[Path], list[str]] = field(default=lambda root: [])
+
+    def resolve_dir(self, data_dir: str | Path | None) -> Path | None:
+        if data_dir is not None:
+            return Path(data_dir).expanduser()
+        return self.default_dir()
+
+    def missing_files(self, data_dir: str | Path | None) -> list[str]:
+        """Files the reader needs that are not present (empty if the dataset is readable here)."""
+        root = self.resolve_dir(data_dir)
+        if root is None:
+            return ["data_dir=..."] if self.needs_dir else []
+        if not root.is_dir():
+            return [str(root)]
+        return self.missing_in(root)
+
+
+_DATASETS: dict[str, DatasetInfo] = {}
+
+
+def register_dataset(info: DatasetInfo) -> DatasetInfo:
+    _DATASETS[info.name] = info
+    return info
+
+
+def list_datasets() -> list[str]:
+    return sorted(_DATASETS)
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    if name not in _DATASETS:
+        raise ConfigError(f"unknown dataset {name!r}; choose one of: {', '.join(list_datasets())}")
+    return _DATASETS[name]
+
+
+def data_home() -> Path:
+    """Where datasets live unless `data_dir` is given: $CONVINIT_DATA or ~/.cache/convinit/datasets."""
+    return Path(
+        os.environ.get("CONVINIT_DATA", Path.home() / ".cache" / "convinit" / "datasets")
+    ).expanduser()
+
+
+def check_available(name: str, data_dir: str | Path | None = None, download: bool = False) -> None:
+    """Raise a one-line DataError if `name` cannot be read from `data_dir` (cheap: checks files only)."""
+    info = dataset_info(name)
+    if download and info.can_download:
+        return
+    missing = info.missing_files(data_dir)
+    if missing:
+        root = info.resolve_dir(data_dir)
+        if root is None:
+            raise DataError(f"dataset {name!r} needs a directory: {info.how_to_obtain}")
+        what = "does not exist" if missing == [str(root)] else f"lacks {', '.join(missing)}"
+        raise DataError(f"dataset {name!r}: {root} {what}; {info.how_to_obtain}")
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None, download: bool = False) -> ImageDataset:
+    """Read dataset `name` whole into memory; any failure is one DataError naming path and remedy."""
+    info = dataset_info(name)
+    check_available(name, data_dir, download)
+    root = info.resolve_dir(data_dir)
+    if download and info.can_download and root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+    try:
+        return info.reader(root, download)
+    except DataError:
+        raise
+    except Exception as exc:  # readers fail in many ways on corrupt files; the user needs one line
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise DataError(
+            f"dataset {name!r} at {root} could not be read ({type(exc).__name__}: {detail}); "
+            f"the files may be corrupt or incomplete: {info.how_to_obtain}"
+        ) from exc

@@ -1,0 +1,87 @@
+"""Any class-per-folder image collection: bring your own small dataset.
+
+Layout: DIR/train/<class>/*.png and DIR/test/<class>/* (or val/); or just DIR/<class>/*, which is then
+split 80/20, stratified with a fixed seed. Images are decoded once; all share the most common size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from convinit.data.datasets import DatasetInfo, ImageDataset, register_dataset
+from convinit.data.image_files import IMAGE_SUFFIXES, all_grayscale, decode_images, image_files
+from convinit.errors import DataError
+
+TEST_FRACTION = 0.2
+
+
+def class_folders(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.is_dir())
+
+
+def labelled_files(split_dir: Path, classes: list[str]) -> tuple[list[Path], list[int]]:
+    paths, labels = [], []
+    for label, name in enumerate(classes):
+        files = image_files(split_dir / name) if (split_dir / name).is_dir() else []
+        paths += files
+        labels += [label] * len(files)
+    return paths, labels
+
+
+def split_dirs(root: Path) -> tuple[Path, Path] | None:
+    test = next((root / n for n in ("test", "val") if (root / n).is_dir()), None)
+    return (root / "train", test) if (root / "train").is_dir() and test is not None else None
+
+
+def missing_folder_files(root: Path) -> list[str]:
+    base = split_dirs(root)[0] if split_dirs(root) else root
+    has_images = any(
+        p.suffix.lower() in IMAGE_SUFFIXES for folder in class_folders(base) for p in folder.rglob("*")
+    )
+    return [] if has_images else ["class folders with images (DIR/<class>/*.png or DIR/train/<class>/...)"]
+
+
+def read_folder(root: Path, download: bool = False) -> ImageDataset:
+    splits = split_dirs(root)
+    classes = [p.name for p in class_folders(splits[0] if splits else root)]
+    if splits:
+        train_paths, train_labels = labelled_files(splits[0], classes)
+        test_paths, test_labels = labelled_files(splits[1], classes)
+    else:
+        paths, labels = labelled_files(root, classes)
+        rng = np.random.default_rng(0)
+        train_paths, train_labels, test_paths, test_labels = [], [], [], []
+        for label in range(len(classes)):
+            members = [i for i, y in enumerate(labels) if y == label]
+            rng.shuffle(members)
+            n_test = int(round(TEST_FRACTION * len(members))) if len(members) > 1 else 0
+            for rank, i in enumerate(members):
+                (test_paths if rank < n_test else train_paths).append(paths[i])
+                (test_labels if rank < n_test else train_labels).append(label)
+    if not train_paths or not test_paths:
+        raise DataError(f"{root}: need images in both a training and a test split (found {len(train_paths)} "
+                        f"and {len(test_paths)}); add more images per class or a test/ folder")  # fmt: skip
+    grayscale = all_grayscale(train_paths[:50])
+    train_images = decode_images(train_paths, grayscale=grayscale)
+    test_images = decode_images(test_paths, size=tuple(train_images.shape[2:]), grayscale=grayscale)
+    return ImageDataset(
+        name="folder",
+        train_images=train_images,
+        train_labels=torch.tensor(train_labels),
+        test_images=test_images,
+        test_labels=torch.tensor(test_labels),
+        classes=classes,
+    )
+
+
+register_dataset(
+    DatasetInfo(
+        name="folder",
+        reader=read_folder,
+        how_to_obtain="set data_dir=... to a folder of class folders (DIR/<class>/*.png or DIR/train, test)",
+        missing_in=missing_folder_files,
+    )
+)

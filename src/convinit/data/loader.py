@@ -1,0 +1,63 @@
+"""A device-resident loader: the whole uint8 dataset sits on the training device as one tensor.
+
+Batches are index slices of that tensor, so an epoch costs one `randperm` and no per-image Python.
+Shuffling uses its own generator seeded by (seed, epoch): the data order of any epoch is known in
+advance, which makes resumed runs see exactly the batches an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+
+class DeviceLoader:
+    """Iterate (uint8 images, labels) batches of tensors that already live on `device`."""
+
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        batch_size: int,
+        device: torch.device | str = "cpu",
+        shuffle: bool = False,
+        drop_last: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        self.images = images.to(device)
+        self.labels = labels.to(device)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def order(self) -> torch.Tensor:
+        """This epoch's sample order (this rank's share of it when distributed)."""
+        n = len(self.labels)
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+            order = torch.randperm(n, generator=generator)
+        else:
+            order = torch.arange(n)
+        return order[self.rank :: self.world_size].to(self.images.device)
+
+    def __len__(self) -> int:
+        n = len(range(self.rank, len(self.labels), self.world_size))
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        order = self.order()
+        for i in range(len(self)):
+            idx = order[i * self.batch_size : (i + 1) * self.batch_size]
+            yield self.images[idx], self.labels[idx]

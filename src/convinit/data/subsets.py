@@ -1,0 +1,49 @@
+"""Stratified, seeded training subsets for data-efficiency studies.
+
+`fraction` keeps floor(f * n_c) images of each class c (at least one); `per_class` keeps exactly n.
+`order="random"` draws them with a seeded permutation; `order="first"` keeps the first ones in file
+order, which is ConViT's protocol for its ImageNet subsets (SPEC section 5).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from convinit.errors import ConfigError
+
+
+def stratified_subset(
+    labels: torch.Tensor,
+    fraction: float | None = None,
+    per_class: int | None = None,
+    seed: int = 0,
+    order: str = "random",
+) -> torch.Tensor:
+    """Sorted indices of the kept training images."""
+    if fraction is not None and not 0.0 < fraction <= 1.0:
+        raise ConfigError(f"train_fraction must be in (0, 1], got {fraction}")
+    if per_class is not None and per_class < 1:
+        raise ConfigError(f"per_class must be a positive integer, got {per_class}")
+    if order not in ("random", "first"):
+        raise ConfigError(f"subset_order must be 'random' or 'first', got {order!r}")
+    if fraction is None and per_class is None:
+        return torch.arange(len(labels))
+    generator = torch.Generator().manual_seed(seed)
+    kept = []
+    for label in labels.unique(sorted=True).tolist():
+        members = (labels == label).nonzero().flatten()
+        if order == "random":
+            members = members[torch.randperm(len(members), generator=generator)]
+        if per_class is not None:
+            if per_class > len(members):
+                raise ConfigError(
+                    f"per_class={per_class} but class {label} has only {len(members)} training images; "
+                    f"lower per_class"
+                )
+            count = per_class
+        else:
+            count = max(1, math.floor(fraction * len(members)))
+        kept.append(members[:count])
+    return torch.cat(kept).sort().values
