@@ -42,7 +42,7 @@ class BatchAugment(nn.Module):
         self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
         self.out_size = tuple(out_size) if out_size else None
         self.train_mode = train
-        self.crop = None
+        self.crop, self.crop_size = None, None
         self.flip = K.RandomHorizontalFlip() if train and hflip else None
         self.crop_padding = crop_padding if train else 0
         self.randaugment = (
@@ -53,10 +53,11 @@ class BatchAugment(nn.Module):
         self.erasing = K.RandomErasing(p=random_erasing) if train and random_erasing > 0 else None
 
     def random_crop(self, x: torch.Tensor) -> torch.Tensor:
-        if self.crop is None or self.crop.size != tuple(x.shape[-2:]):
+        size = tuple(x.shape[-2:])
+        if self.crop is None or self.crop_size != size:  # built on first use: the input size is known then
             import kornia.augmentation as K
 
-            self.crop = K.RandomCrop(tuple(x.shape[-2:]), padding=self.crop_padding)
+            self.crop, self.crop_size = K.RandomCrop(size, padding=self.crop_padding), size
         return self.crop(x)
 
     def rand_augment(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,310 @@
+"""Training configuration: YAML presets, `key=value` overrides and validation before any work starts.
+
+A preset is a YAML file of flat keys (see `TrainConfig`) shipped in `convinit/configs/` or given as a
+path; `extends: NAME` starts from another preset. Overrides are `key=value` strings parsed as YAML
+values; `model_args.dim=128` sets one entry of a dict-valued key. Validation rejects unknown keys,
+wrong types and impossible values with a one-line ConfigError; the model's own arguments are checked
+by building it (see `convinit.train.trainer.build_model`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from convinit.errors import ConfigError
+
+CHOICES = {
+    "optimizer": ("adam", "adamw", "sgd"),
+    "schedule": ("cosine", "constant"),
+    "precision": ("auto", "fp32", "bf16"),
+    "subset_order": ("random", "first"),
+}
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a training run; the resolved copy is saved as `config.yaml` in the run directory."""
+
+    # what to train
+    model: str = "simplevit"
+    model_args: dict[str, Any] = field(default_factory=dict)
+    init: str = "random"
+    init_args: dict[str, Any] = field(default_factory=dict)
+    # data
+    dataset: str = "digits"
+    data_dir: str | None = None
+    download: bool = False
+    img_size: int | None = None
+    train_fraction: float | None = None
+    per_class: int | None = None
+    subset_order: str = "random"
+    # optimisation
+    epochs: int = 20
+    batch_size: int = 128
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    lr_base_batch: int | None = None
+    weight_decay: float = 0.05
+    momentum: float = 0.9
+    warmup_epochs: float = 0.0
+    min_lr: float = 0.0
+    schedule: str = "cosine"
+    label_smoothing: float = 0.0
+    clip_grad: float | None = None
+    ema_decay: float | None = None
+    # augmentation (applied on the device, see convinit.data.augment)
+    crop_padding: int = 0
+    hflip: bool = False
+    randaugment_n: int = 0
+    randaugment_m: float = 9.0
+    randaugment_mstd: float = 0.0
+    random_erasing: float = 0.0
+    mixup: float = 0.0
+    cutmix: float = 0.0
+    # analysis trackers evaluated at each epoch end (see convinit.analysis)
+    track: list[str] = field(default_factory=list)
+    # run
+    seed: int = 0
+    deterministic: bool = False
+    device: str = "auto"
+    precision: str = "auto"
+    eval_batch_size: int = 1000
+    eval_every: int = (
+        1  # evaluate on the test set every N epochs (and after the last); 0: after the last only
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+KEYS = [f.name for f in dataclasses.fields(TrainConfig)]
+
+
+def preset_names() -> list[str]:
+    """Names of the presets shipped in convinit/configs (sub-folders as `folder/name`)."""
+    root = resources.files("convinit") / "configs"
+    names = []
+    for path in Path(str(root)).rglob("*.yaml"):
+        names.append(path.relative_to(Path(str(root))).with_suffix("").as_posix())
+    return sorted(names)
+
+
+def preset_path(name_or_path: str) -> Path:
+    path = Path(name_or_path).expanduser()
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    shipped = Path(str(resources.files("convinit") / "configs")) / f"{name_or_path}.yaml"
+    if shipped.is_file():
+        return shipped
+    if path.suffix in (".yaml", ".yml"):
+        raise ConfigError(f"config file {path} does not exist")
+    hint = difflib.get_close_matches(name_or_path, preset_names(), n=1)
+    suggestion = f"; did you mean {hint[0]!r}?" if hint else "; `convinit configs` lists them"
+    raise ConfigError(f"unknown preset {name_or_path!r}{suggestion}")
+
+
+def load_preset(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The preset's keys, with any `extends:` chain resolved (later files win)."""
+    path = preset_path(name_or_path)
+    if str(path) in _seen:
+        raise ConfigError(f"preset {name_or_path!r} extends itself in a loop")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {' '.join(str(exc).split())}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of key: value lines")
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    merged = load_preset(str(parent), _seen + (str(path),))
+    return merge(merged, data)
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """`update` over `base`; dict-valued keys (model_args, init_args) merge one level deep."""
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as YAML would read it; '1e-3' is a float too (YAML 1.1 wants '1.0e-3')."""
+    try:
+        value = yaml.safe_load(text) if text != "" else None
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """['epochs=3', 'model_args.dim=64'] -> {'epochs': 3, 'model_args': {'dim': 64}}."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not key=value (e.g. epochs=3 or model_args.dim=64)")
+        value = parse_value(text)
+        if "." in key:
+            top, _, sub = key.partition(".")
+            out.setdefault(top, {})
+            if not isinstance(out[top], dict):
+                raise ConfigError(f"override {item!r}: {top} is set both whole and by entry")
+            out[top][sub] = value
+        else:
+            out[key] = value
+    return out
+
+
+def is_optional(annotation: Any) -> bool:
+    return isinstance(annotation, types.UnionType) and type(None) in typing.get_args(annotation)
+
+
+def base_type(annotation: Any) -> type:
+    """int for `int | None`, dict for `dict[str, Any]`."""
+    if isinstance(annotation, types.UnionType):
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    return typing.get_origin(annotation) or annotation
+
+
+def type_name(annotation: Any) -> str:
+    names = {
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        str: "a string",
+        dict: "a mapping",
+        list: "a list",
+    }
+    return names[base_type(annotation)] + (" or null" if is_optional(annotation) else "")
+
+
+def coerce(key: str, value: Any, annotation: Any) -> Any:
+    """Check `value` against the field's annotation; ints are accepted where numbers are expected."""
+    if value is None:
+        if is_optional(annotation):
+            return None
+        raise ConfigError(f"config key {key!r} must be {type_name(annotation)}, got null")
+    base = base_type(annotation)
+    ok = (
+        (base is bool and isinstance(value, bool))
+        or (base is int and isinstance(value, int) and not isinstance(value, bool))
+        or (base is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+        or (base is str and isinstance(value, str))
+        or (base is dict and isinstance(value, dict))
+        or (base is list and isinstance(value, list))
+    )
+    if base is list and isinstance(value, str):  # track=nonlocality or track=a,b
+        return [v for v in value.split(",") if v]
+    if not ok:
+        raise ConfigError(
+            f"config key {key!r} must be {type_name(annotation)}, got {value!r} ({type(value).__name__})"
+        )
+    return float(value) if base is float else value
+
+
+def check_values(cfg: TrainConfig) -> None:
+    for key, options in CHOICES.items():
+        if getattr(cfg, key) not in options:
+            raise ConfigError(
+                f"config key {key!r} must be one of {', '.join(options)}, got {getattr(cfg, key)!r}"
+            )
+    positive = ["epochs", "batch_size", "eval_batch_size"]
+    for key in positive:
+        if getattr(cfg, key) < 1:
+            raise ConfigError(f"config key {key!r} must be at least 1, got {getattr(cfg, key)}")
+    if cfg.lr <= 0:
+        raise ConfigError(f"config key 'lr' must be positive, got {cfg.lr}")
+    nonnegative = [
+        "weight_decay",
+        "warmup_epochs",
+        "min_lr",
+        "crop_padding",
+        "randaugment_n",
+        "mixup",
+        "cutmix",
+        "randaugment_mstd",
+        "label_smoothing",
+    ]
+    for key in nonnegative:
+        if getattr(cfg, key) < 0:
+            raise ConfigError(f"config key {key!r} must not be negative, got {getattr(cfg, key)}")
+    if cfg.eval_every < 0:
+        raise ConfigError(f"config key 'eval_every' must be 0 or more, got {cfg.eval_every}")
+    unit = ["label_smoothing", "random_erasing", "ema_decay"]
+    for key in unit:
+        value = getattr(cfg, key)
+        if value is not None and not 0 <= value < 1:
+            raise ConfigError(f"config key {key!r} must be in [0, 1), got {value}")
+    if cfg.train_fraction is not None and not 0 < cfg.train_fraction <= 1:
+        raise ConfigError(f"config key 'train_fraction' must be in (0, 1], got {cfg.train_fraction}")
+    if cfg.train_fraction is not None and cfg.per_class is not None:
+        raise ConfigError("set train_fraction or per_class, not both")
+    if cfg.img_size is not None and cfg.img_size < 1:
+        raise ConfigError(f"config key 'img_size' must be a positive integer, got {cfg.img_size}")
+    if cfg.warmup_epochs >= cfg.epochs and cfg.warmup_epochs > 0:
+        raise ConfigError(f"warmup_epochs ({cfg.warmup_epochs}) must be shorter than epochs ({cfg.epochs})")
+    if cfg.randaugment_n and not 0 < cfg.randaugment_m < 30:
+        raise ConfigError(f"randaugment_m must be in (0, 30), got {cfg.randaugment_m}")
+    if cfg.device != "auto" and cfg.device.split(":")[0] not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device must be auto, cpu, cuda[:N] or mps, got {cfg.device!r}")
+
+
+def build_config(values: dict[str, Any]) -> TrainConfig:
+    """Validate a mapping of keys into a TrainConfig (one-line ConfigError on the first problem)."""
+    unknown = [k for k in values if k not in KEYS]
+    if unknown:
+        key = unknown[0]
+        hint = difflib.get_close_matches(key, KEYS, n=1)
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; valid keys: {', '.join(KEYS)}"
+        raise ConfigError(f"unknown config key {key!r}{suggestion}")
+    hints = typing.get_type_hints(TrainConfig)
+    checked = {key: coerce(key, value, hints[key]) for key, value in values.items()}
+    cfg = TrainConfig(**checked)
+    check_values(cfg)
+    return cfg
+
+
+def resolve_config(
+    preset: str | None = None, overrides: list[str] | dict[str, Any] | None = None
+) -> TrainConfig:
+    """Defaults <- preset (default: `default`) <- overrides, validated."""
+    values = load_preset(preset or "default")
+    extra = parse_overrides(overrides) if isinstance(overrides, list) else (overrides or {})
+    return build_config(merge(values, extra))
+
+
+def save_config(cfg: TrainConfig, path: Path) -> None:
+    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def load_config(path: Path) -> TrainConfig:
+    try:
+        values = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config {path}: {' '.join(str(exc).split())}") from exc
+    return build_config(values or {})
+
+
+def config_differences(a: TrainConfig, b: TrainConfig) -> list[str]:
+    """Keys whose values differ between two configs."""
+    da, db = a.to_dict(), b.to_dict()
+    return [k for k in KEYS if da[k] != db[k]]

@@ -1,0 +1,443 @@
+"""The training loop: a plain function you can read in one screen, with the data on the device.
+
+`train(cfg)` builds everything from a validated `TrainConfig`, trains with a progress bar, evaluates
+every epoch, logs `metrics.jsonl`/`metrics.csv`, and checkpoints each epoch end and on Ctrl-C.
+`train(cfg, run_dir, resume=True)` continues a run from its newest intact checkpoint: data order is a
+function of (seed, epoch) and every RNG is restored, so the continuation sees the same batches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from tqdm.auto import tqdm
+
+from convinit.config import TrainConfig, config_differences, load_config, save_config
+from convinit.data import BatchAugment, DeviceLoader, ImageDataset, MixupCutmix, check_available, load_dataset
+from convinit.data.subsets import stratified_subset
+from convinit.errors import ConfigError
+from convinit.init import initialize
+from convinit.models import create_model
+from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights, save_checkpoint
+from convinit.train.metrics import MetricsLog
+from convinit.train.optim import build_optimizer, build_scheduler
+
+TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Training stopped on SIGINT/SIGTERM after writing a checkpoint at a step boundary."""
+
+    def __init__(self, signum: int, checkpoint: Path):
+        super().__init__(f"stopped by signal {signum}; checkpoint {checkpoint}")
+        self.signum = signum
+        self.checkpoint = checkpoint
+
+
+@contextmanager
+def stop_at_step_boundary() -> Iterator[dict[str, int | None]]:
+    """SIGINT/SIGTERM set a flag that the loop checks after each step; a second Ctrl-C stops at once."""
+    flag: dict[str, int | None] = {"signum": None}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def request_stop(signum: int, frame: Any) -> None:
+        flag["signum"] = signum
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class TrainingRun:
+    run_dir: Path
+    model: nn.Module
+    metrics: list[dict[str, Any]]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {name!r} asked for but CUDA is not available here; use device=cpu or auto")
+    return torch.device(name)
+
+
+def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
+    """bf16 autocast on CUDA unless fp32 is asked for; full precision on the CPU unless bf16 is asked for."""
+    if cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+
+
+def rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2])},
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    keys = state["numpy"]["keys"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, state["numpy"]["pos"], 0, 0.0))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def prepare_data(cfg: TrainConfig) -> tuple[ImageDataset, torch.Tensor]:
+    """The dataset and the indices of the training images this run uses (a stratified subset or all)."""
+    dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg.download)
+    keep = stratified_subset(
+        dataset.train_labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order
+    )
+    return dataset, keep
+
+
+def dataset_shape(cfg: TrainConfig) -> dict[str, Any] | None:
+    """num_classes / in_chans / img_size of the configured dataset without reading it, where known."""
+    known = {
+        "digits": (10, 1, 8),
+        "mnist": (10, 1, 28),
+        "fashion-mnist": (10, 1, 28),
+        "cifar10": (10, 3, 32),
+        "cifar100": (100, 3, 32),
+        "svhn": (10, 3, 32),
+        "tiny-imagenet": (200, 3, 64),
+    }
+    if cfg.dataset not in known:
+        return None
+    classes, chans, size = known[cfg.dataset]
+    return {"num_classes": classes, "in_chans": chans, "img_size": cfg.img_size or size}
+
+
+def build_model(
+    cfg: TrainConfig, num_classes: int, in_chans: int, img_size: int | tuple[int, int]
+) -> nn.Module:
+    """The configured model; ConfigError if its arguments are unknown or impossible for this data."""
+    try:
+        return create_model(
+            cfg.model, num_classes=num_classes, img_size=img_size, in_chans=in_chans, **cfg.model_args
+        )
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, AssertionError, RuntimeError) as exc:
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"model {cfg.model!r} cannot be built with {cfg.model_args}: {detail}") from exc
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Every check that can run before any data is read or any step taken (one-line errors)."""
+    resolve_device(cfg.device)
+    check_available(cfg.dataset, cfg.data_dir, cfg.download)
+    shape = dataset_shape(cfg)
+    if shape is not None:
+        with torch.device("meta"):
+            build_model(cfg, **shape)
+    if cfg.track:
+        from convinit.analysis import get_tracker
+
+        for name in cfg.track:
+            get_tracker(name)
+
+
+def new_run_dir(cfg: TrainConfig, out_dir: str | Path = "runs") -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(out_dir) / f"{cfg.model}-{cfg.dataset}-s{cfg.seed}-{stamp}"
+
+
+def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
+    if (run_dir / "finished.json").exists() and not overwrite:
+        raise ConfigError(f"{run_dir} already holds a finished run; choose another --out or pass --overwrite")
+    if overwrite:
+        for name in ("metrics.jsonl", "metrics.csv", "finished.json", "init_report.json"):
+            (run_dir / name).unlink(missing_ok=True)
+        import shutil
+
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, loader: DeviceLoader, transform: nn.Module, dtype: torch.dtype | None
+) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy (%) over the loader."""
+    model.eval()
+    total_loss, correct, count = 0.0, 0, 0
+    for images, labels in loader:
+        with torch.autocast(labels.device.type, dtype=dtype, enabled=dtype is not None):
+            logits = model(transform(images))
+        total_loss += F.cross_entropy(logits.float(), labels, reduction="sum").item()
+        correct += (logits.argmax(dim=1) == labels).sum().item()
+        count += len(labels)
+    return total_loss / count, 100.0 * correct / count
+
+
+@torch.no_grad()
+def run_trackers(model: nn.Module, names: list[str], images: torch.Tensor) -> dict[str, float]:
+    if not names:
+        return {}
+    from convinit.analysis import get_tracker
+
+    model.eval()
+    values: dict[str, float] = {}
+    for name in names:
+        values.update(get_tracker(name)(model, images))
+    return values
+
+
+def train(
+    cfg: TrainConfig | None = None,
+    run_dir: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> TrainingRun:
+    """Train `cfg` into `run_dir` (a new timestamped folder under runs/ by default), or resume `run_dir`."""
+    if resume:
+        run_dir = Path(run_dir)
+        saved = load_config(run_dir / "config.yaml")
+        if cfg is not None and config_differences(saved, cfg):
+            keys = ", ".join(config_differences(saved, cfg))
+            raise ConfigError(f"--resume {run_dir}: its saved config differs in {keys}; drop the overrides")
+        cfg = saved
+    if cfg is None:
+        raise ConfigError("train() needs a config or resume=True with a run directory")
+    validate(cfg)
+    run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
+    if not resume:
+        prepare_run_dir(run_dir, overwrite)
+        save_config(cfg, run_dir / "config.yaml")
+
+    device = resolve_device(cfg.device)
+    dtype = autocast_dtype(cfg, device)
+    seed_everything(cfg.seed, cfg.deterministic)
+    dataset, keep = prepare_data(cfg)
+    img_size = cfg.img_size or dataset.img_size
+    model = build_model(cfg, dataset.num_classes, dataset.in_chans, img_size)
+    if not resume:
+        report = initialize(model, cfg.init, **cfg.init_args)
+        (run_dir / "init_report.json").write_text(json.dumps(report, indent=1, default=str))
+    model.to(device)
+
+    train_loader = DeviceLoader(
+        dataset.train_images[keep],
+        dataset.train_labels[keep],
+        cfg.batch_size,
+        device,
+        shuffle=True,
+        drop_last=len(keep) > cfg.batch_size,
+        seed=cfg.seed,
+    )
+    test_loader = DeviceLoader(dataset.test_images, dataset.test_labels, cfg.eval_batch_size, device)
+    out_size = (img_size, img_size) if isinstance(img_size, int) else img_size
+    augment = BatchAugment(
+        dataset.mean,
+        dataset.std,
+        out_size,
+        train=True,
+        crop_padding=cfg.crop_padding,
+        hflip=cfg.hflip,
+        randaugment_n=cfg.randaugment_n,
+        randaugment_m=cfg.randaugment_m,
+        randaugment_mstd=cfg.randaugment_mstd,
+        random_erasing=cfg.random_erasing,
+    ).to(device)
+    eval_transform = BatchAugment(dataset.mean, dataset.std, out_size).to(device)
+    mix = MixupCutmix(dataset.num_classes, cfg.mixup, cfg.cutmix)
+    criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    optimizer = build_optimizer(model, cfg)
+    steps_per_epoch = len(train_loader)
+    scheduler = build_scheduler(optimizer, cfg, steps_per_epoch)
+    ema = (
+        AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay), use_buffers=True)
+        if cfg.ema_decay
+        else None
+    )
+    track_images = eval_transform(dataset.test_images[:TRACK_BATCH].to(device))
+    log = MetricsLog(run_dir)
+
+    start_epoch, start_step, running = 0, 0, {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:
+        state = load_train_state(checkpoint)
+        load_weights(model, checkpoint)
+        if ema is not None:
+            load_weights(ema, checkpoint, ema=True)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        restore_rng_state(state["rng"])
+        start_epoch, start_step, running = state["epoch"], state["step"], state["running"]
+        log.truncate_after(start_epoch)
+    elif cfg.eval_every and (not resume or not log.rows()):
+        test_loss, test_acc = evaluate(model, test_loader, eval_transform, dtype)
+        log.truncate_after(-1)
+        log.append(
+            {
+                "epoch": 0,
+                "test_loss": test_loss,
+                "test_acc": test_acc,
+                **run_trackers(model, cfg.track, track_images),
+            }
+        )
+
+    def train_state(epoch: int, step: int) -> dict[str, Any]:
+        return {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": rng_state(),
+            "epoch": epoch,
+            "step": step,
+            "running": dict(running),
+        }
+
+    bar = tqdm(
+        total=cfg.epochs * steps_per_epoch,
+        initial=start_epoch * steps_per_epoch + start_step,
+        disable=not progress,
+        unit="step",
+        dynamic_ncols=True,
+        mininterval=0.5,
+    )
+    with stop_at_step_boundary() as stop:
+        for epoch in range(start_epoch, cfg.epochs):
+            train_loader.set_epoch(epoch)
+            model.train()
+            tic = time.perf_counter()
+            for step, (images, labels) in enumerate(train_loader):
+                if epoch == start_epoch and step < start_step:
+                    continue  # trained before the interruption
+                inputs, targets = mix(augment(images), labels)
+                with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                    logits = model(inputs)
+                    loss = criterion(logits.float(), targets)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.clip_grad:
+                    nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
+                optimizer.step()
+                scheduler.step()
+                if ema is not None:
+                    ema.update_parameters(model)
+                hard = targets.argmax(dim=1) if targets.ndim == 2 else targets
+                running["loss"] += loss.item() * len(labels)
+                running["correct"] += (logits.argmax(dim=1) == hard).sum().item()
+                running["seen"] += len(labels)
+                bar.update(1)
+                if bar.n % 10 == 0 or step == steps_per_epoch - 1:
+                    seconds = running["seconds"] + time.perf_counter() - tic
+                    bar.set_postfix(
+                        epoch=f"{epoch + 1}/{cfg.epochs}",
+                        loss=f"{running['loss'] / running['seen']:.3f}",
+                        acc=f"{100 * running['correct'] / running['seen']:.1f}",
+                        img_s=f"{running['seen'] / max(seconds, 1e-9):.0f}",
+                        refresh=False,
+                    )
+                if stop["signum"] is not None and step + 1 < steps_per_epoch:
+                    bar.close()
+                    running["seconds"] += time.perf_counter() - tic
+                    path = save_checkpoint(
+                        run_dir, model, train_state(epoch, step + 1), epoch, step + 1, ema=ema
+                    )
+                    print(f"stopped: checkpoint {path}; continue with `convinit train --resume {run_dir}`")
+                    raise RunInterrupted(stop["signum"], path)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = running["seconds"] + time.perf_counter() - tic
+            row = {
+                "epoch": epoch + 1,
+                "train_loss": running["loss"] / max(running["seen"], 1),
+                "train_acc": 100.0 * running["correct"] / max(running["seen"], 1),
+                "lr": optimizer.param_groups[0]["lr"],
+                "seconds": seconds,
+                "images_per_s": running["seen"] / max(seconds, 1e-9),
+            }
+            if epoch + 1 == cfg.epochs or (cfg.eval_every and (epoch + 1) % cfg.eval_every == 0):
+                row["test_loss"], row["test_acc"] = evaluate(model, test_loader, eval_transform, dtype)
+                if ema is not None:
+                    row["ema_test_loss"], row["ema_test_acc"] = evaluate(
+                        ema.module, test_loader, eval_transform, dtype
+                    )
+                row.update(run_trackers(model, cfg.track, track_images))
+            log.append(row)
+            running = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
+            path = save_checkpoint(run_dir, model, train_state(epoch + 1, 0), epoch + 1, ema=ema)
+            if stop["signum"] is not None and epoch + 1 < cfg.epochs:
+                bar.close()
+                print(f"stopped: checkpoint {path}; continue with `convinit train --resume {run_dir}`")
+                raise RunInterrupted(stop["signum"], path)
+    bar.close()
+    rows = log.rows()
+    (run_dir / "finished.json").write_text(json.dumps(rows[-1], indent=1))
+    return TrainingRun(run_dir=run_dir, model=model, metrics=rows)
+
+
+def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -> dict[str, float]:
+    """Test loss and accuracy of a run's newest intact checkpoint."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(
+            f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
+        )
+    cfg = load_config(run_dir / "config.yaml")
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
+    if ema and not (checkpoint / "ema.safetensors").exists():
+        raise ConfigError(f"{run_dir} was trained without EMA (ema_decay); drop --ema")
+    dev = resolve_device(device)
+    dataset, _ = prepare_data(cfg)
+    img_size = cfg.img_size or dataset.img_size
+    model = build_model(cfg, dataset.num_classes, dataset.in_chans, img_size)
+    target = AveragedModel(model, use_buffers=True) if ema else model
+    load_weights(target, checkpoint, ema=ema)
+    target.to(dev)
+    out_size = (img_size, img_size) if isinstance(img_size, int) else img_size
+    loader = DeviceLoader(dataset.test_images, dataset.test_labels, cfg.eval_batch_size, dev)
+    loss, acc = evaluate(
+        target, loader, BatchAugment(dataset.mean, dataset.std, out_size).to(dev), autocast_dtype(cfg, dev)
+    )
+    return {
+        "checkpoint": str(checkpoint),
+        "test_loss": loss,
+        "test_acc": acc,
+        "epoch": int(math.floor(load_train_state(checkpoint)["epoch"])),
+    }

@@ -1,0 +1,99 @@
+"""Config presets, overrides and validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from convinit.config import (
+    TrainConfig,
+    config_differences,
+    load_config,
+    parse_overrides,
+    preset_names,
+    resolve_config,
+    save_config,
+)
+from convinit.errors import ConfigError
+
+
+def test_default_preset_is_used_without_config():
+    cfg = resolve_config()
+    assert cfg.model == "simplevit" and cfg.dataset == "digits"
+
+
+def test_overrides_set_top_level_and_nested_keys():
+    cfg = resolve_config(None, ["epochs=3", "lr=3e-3", "model_args.dim=48", "hflip=true"])
+    assert cfg.epochs == 3 and cfg.lr == pytest.approx(3e-3) and cfg.hflip is True
+    assert cfg.model_args["dim"] == 48 and cfg.model_args["depth"] == 4  # other preset entries kept
+
+
+def test_override_values_parse_like_yaml():
+    assert parse_overrides(["a=1", "b=1.5", "c=null", "d=x", "e=1e-4", "f=[1, 2]"]) == {
+        "a": 1,
+        "b": 1.5,
+        "c": None,
+        "d": "x",
+        "e": 1e-4,
+        "f": [1, 2],
+    }
+
+
+def test_comma_separated_list_for_track():
+    assert resolve_config(None, ["track=nonlocality,gates"]).track == ["nonlocality", "gates"]
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("epoch=3", "unknown config key 'epoch'; did you mean 'epochs'?"),
+        ("epochs=abc", "config key 'epochs' must be an integer, got 'abc' (str)"),
+        ("epochs=0", "config key 'epochs' must be at least 1, got 0"),
+        ("lr=-1", "config key 'lr' must be positive"),
+        ("optimizer=lion", "config key 'optimizer' must be one of adam, adamw, sgd"),
+        ("model_args=3", "config key 'model_args' must be a mapping"),
+        ("hflip=1", "config key 'hflip' must be true or false"),
+        ("train_fraction=1.5", "train_fraction' must be in (0, 1]"),
+        ("label_smoothing=1.0", "'label_smoothing' must be in [0, 1)"),
+        ("warmup_epochs=50", "warmup_epochs (50.0) must be shorter than epochs"),
+        ("epochs", "is not key=value"),
+    ],
+)
+def test_invalid_config_is_one_line_config_error(override, message):
+    with pytest.raises(ConfigError) as info:
+        resolve_config(None, [override])
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_preset_suggests_a_close_name():
+    with pytest.raises(ConfigError, match="did you mean 'default'"):
+        resolve_config("defualt")
+
+
+def test_preset_file_extends_a_shipped_preset(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("extends: default\nepochs: 7\nmodel_args: {dim: 32}\n")
+    cfg = resolve_config(str(path))
+    assert cfg.epochs == 7 and cfg.model_args["dim"] == 32 and cfg.model_args["depth"] == 4
+
+
+def test_preset_loop_is_rejected(tmp_path):
+    (tmp_path / "a.yaml").write_text(f"extends: {tmp_path / 'b.yaml'}\n")
+    (tmp_path / "b.yaml").write_text(f"extends: {tmp_path / 'a.yaml'}\n")
+    with pytest.raises(ConfigError, match="loop"):
+        resolve_config(str(tmp_path / "a.yaml"))
+
+
+def test_saved_config_round_trips(tmp_path):
+    cfg = resolve_config(None, ["epochs=4", "track=[gates]"])
+    save_config(cfg, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == cfg
+
+
+def test_config_differences_names_changed_keys():
+    assert config_differences(TrainConfig(), TrainConfig(epochs=5, lr=0.1)) == ["epochs", "lr"]
+
+
+def test_every_shipped_preset_validates():
+    for name in preset_names():
+        resolve_config(name)

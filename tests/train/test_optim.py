@@ -1,0 +1,45 @@
+"""Optimiser presets and the warm-up + cosine schedule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from convinit.config import TrainConfig
+from convinit.models import create_model
+from convinit.train.optim import build_optimizer, build_scheduler, effective_lr
+
+
+def test_adamw_does_not_decay_biases_norms_or_position_embeddings():
+    model = create_model("simplevit", num_classes=3, img_size=8, in_chans=1, patch_size=2, dim=32, depth=1)
+    model.pos_embed = torch.nn.Parameter(torch.zeros(1, 16, 32))
+    optimizer = build_optimizer(model, TrainConfig(optimizer="adamw", weight_decay=0.05))
+    decayed = {id(p) for p in optimizer.param_groups[0]["params"]}
+    for name, param in model.named_parameters():
+        expected = param.ndim > 1 and "pos_embed" not in name
+        assert (id(param) in decayed) == expected, name
+    assert optimizer.param_groups[1]["weight_decay"] == 0.0
+
+
+def test_lr_scales_with_batch_when_a_base_batch_is_set():
+    assert effective_lr(TrainConfig(lr=5e-4, batch_size=256, lr_base_batch=512)) == pytest.approx(2.5e-4)
+    assert effective_lr(TrainConfig(lr=5e-4, batch_size=256)) == pytest.approx(5e-4)
+
+
+def test_schedule_warms_up_linearly_then_follows_cosine_to_min_lr():
+    param = torch.nn.Parameter(torch.zeros(1))
+    cfg = TrainConfig(lr=1.0, epochs=10, warmup_epochs=2, min_lr=0.1)
+    optimizer = torch.optim.SGD([param], lr=cfg.lr)
+    scheduler = build_scheduler(optimizer, cfg, steps_per_epoch=5)  # 10 warm-up steps, 40 cosine steps
+    lrs = []
+    for _ in range(50):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a < b for a, b in zip(lrs[:9], lrs[1:10], strict=True))
+    import math
+
+    for t in (0, 20, 39):
+        assert lrs[10 + t] == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi * t / 40)) / 2)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
