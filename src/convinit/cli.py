@@ -1,8 +1,9 @@
 """The `convinit` command: argument parsing only; each subcommand calls one library function.
 
 User mistakes (a ConvinitError) end with one line `convinit: error: ...` and exit code 2, before any
-training starts. Ctrl-C (SIGINT) or SIGTERM during training saves a checkpoint at the next step
-boundary and exits with 130 or 143.
+training starts; a run whose loss diverges (TrainingDiverged) ends the same way with exit code 3.
+Ctrl-C (SIGINT) or SIGTERM during training saves a checkpoint at the next step boundary and exits
+with 130 or 143.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from convinit.errors import ConvinitError
+from convinit.errors import ConvinitError, TrainingDiverged
 
 EXAMPLES = """examples:
   convinit train                                  # default preset: a small ViT on the embedded digits set
@@ -140,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except TrainingDiverged as exc:  # not bad input: the run itself failed
+        print(f"convinit: error: {exc}", file=sys.stderr)
+        return 3
     except ConvinitError as exc:
         print(f"convinit: error: {exc}", file=sys.stderr)
         return 2

@@ -27,6 +27,7 @@ CHOICES = {
     "schedule": ("cosine", "constant"),
     "precision": ("auto", "fp32", "bf16"),
     "subset_order": ("random", "first"),
+    "on_nonfinite": ("stop", "skip"),
 }
 
 
@@ -60,6 +61,8 @@ class TrainConfig:
     schedule: str = "cosine"
     label_smoothing: float = 0.0
     clip_grad: float | None = None
+    on_nonfinite: str = "stop"  # a NaN/inf loss or gradient: stop with a message, or skip the step
+    max_nonfinite_skips: int = 10  # with on_nonfinite=skip: stop after this many skipped steps
     ema_decay: float | None = None
     # augmentation (applied on the device, see convinit.data.augment)
     crop_padding: int = 0

@@ -16,3 +16,7 @@ class ConfigError(ConvinitError, ValueError):
 
 class DataError(ConvinitError, OSError):
     """A dataset is missing, corrupt or cannot be read."""
+
+
+class TrainingDiverged(ConvinitError):
+    """The loss or the gradients became non-finite (NaN/inf) during training."""

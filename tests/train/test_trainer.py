@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from convinit.config import resolve_config
-from convinit.errors import ConfigError
+from convinit.errors import ConfigError, TrainingDiverged
 from convinit.train import evaluate_run, train
 from convinit.train import trainer as trainer_module
 from convinit.train.checkpoint import list_checkpoints
@@ -147,3 +147,31 @@ def test_bad_runs_fail_before_any_work(tmp_path, tiny_overrides, override, messa
     with pytest.raises(ConfigError if "dataset" not in override else Exception, match=message):
         train(resolve_config(None, tiny_overrides + [override]), run_dir=tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_nonfinite_loss_stops_with_step_checkpoint_and_causes(tmp_path, tiny_overrides):
+    cfg = resolve_config(None, tiny_overrides + ["lr=1e30", "optimizer=sgd", "epochs=2"])
+    with pytest.raises(TrainingDiverged) as info:
+        train(cfg, run_dir=tmp_path / "run", progress=False)
+    message = str(info.value)
+    assert "non-finite" in message and "epoch" in message and "step" in message
+    assert "lr too high" in message and "precision" in message and "\n" not in message
+
+
+def test_nonfinite_steps_are_skipped_up_to_the_limit(tmp_path, tiny_overrides, monkeypatch):
+    calls = {"n": 0}
+    original = trainer_module.MixupCutmix.__call__
+
+    def poison_three_batches(self, images, labels):
+        calls["n"] += 1
+        out_images, targets = original(self, images, labels)
+        return (out_images * float("nan") if calls["n"] in (2, 5, 7) else out_images), targets
+
+    monkeypatch.setattr(trainer_module.MixupCutmix, "__call__", poison_three_batches)
+    cfg = resolve_config(None, tiny_overrides + ["on_nonfinite=skip", "max_nonfinite_skips=3"])
+    run = train(cfg, run_dir=tmp_path / "run", progress=False)
+    assert all(torch.isfinite(p).all() for p in run.model.parameters())
+    calls["n"] = 0
+    cfg = resolve_config(None, tiny_overrides + ["on_nonfinite=skip", "max_nonfinite_skips=2"])
+    with pytest.raises(TrainingDiverged, match="over max_nonfinite_skips"):
+        train(cfg, run_dir=tmp_path / "run2", progress=False)

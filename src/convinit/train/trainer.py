@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from convinit.config import TrainConfig, config_differences, load_config, save_config
 from convinit.data import BatchAugment, DeviceLoader, ImageDataset, MixupCutmix, check_available, load_dataset
 from convinit.data.subsets import stratified_subset
-from convinit.errors import ConfigError
+from convinit.errors import ConfigError, TrainingDiverged
 from convinit.init import initialize
 from convinit.models import create_model
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights, save_checkpoint
@@ -224,6 +224,20 @@ def run_trackers(model: nn.Module, names: list[str], images: torch.Tensor) -> di
     return values
 
 
+def diverged(
+    cfg: TrainConfig, run_dir: Path, epoch: int, step: int, loss: torch.Tensor, skipped: int
+) -> Exception:
+    what = "loss" if not torch.isfinite(loss) else "gradient"
+    last = latest_checkpoint(run_dir)
+    where = f"last good checkpoint {last}" if last else "no checkpoint yet"
+    limit = f" ({skipped} non-finite steps, over max_nonfinite_skips)" if cfg.on_nonfinite == "skip" else ""
+    return TrainingDiverged(
+        f"non-finite {what} at epoch {epoch + 1} step {step + 1}{limit}; {where}; likely causes: lr too "
+        f"high (lr={cfg.lr}: lower it or add warmup_epochs / clip_grad) or low precision "
+        f"(precision={cfg.precision}: try precision=fp32); on_nonfinite=skip skips such steps"
+    )
+
+
 def train(
     cfg: TrainConfig | None = None,
     run_dir: str | Path | None = None,
@@ -337,6 +351,7 @@ def train(
         dynamic_ncols=True,
         mininterval=0.5,
     )
+    skipped = 0
     with stop_at_step_boundary() as stop:
         for epoch in range(start_epoch, cfg.epochs):
             train_loader.set_epoch(epoch)
@@ -351,8 +366,16 @@ def train(
                     loss = criterion(logits.float(), targets)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                if cfg.clip_grad:
-                    nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
+                grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad or math.inf)
+                if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+                    skipped += 1
+                    if cfg.on_nonfinite == "stop" or skipped > cfg.max_nonfinite_skips:
+                        bar.close()
+                        raise diverged(cfg, run_dir, epoch, step, loss, skipped)
+                    optimizer.zero_grad(set_to_none=True)
+                    scheduler.step()
+                    bar.update(1)
+                    continue
                 optimizer.step()
                 scheduler.step()
                 if ema is not None:
