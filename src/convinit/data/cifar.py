@@ -1,7 +1,8 @@
 """CIFAR-10 and CIFAR-100 from the real "python version" pickles.
 
-The pickles are read with an unpickler that only admits the numpy array constructors the files use,
-so a tampered file cannot run code. `download=True` fetches and checks the archive with torchvision.
+The pickles are read with an unpickler that only admits the numpy array constructors the files use
+(and narrow stand-ins for the globals Python 3 writes bytes with at protocol 2), so a tampered file
+cannot run code. `download=True` fetches and checks the archive with torchvision.
 """
 
 from __future__ import annotations
@@ -40,23 +41,65 @@ LAYOUTS = {
 ALLOWED_GLOBALS = {
     ("numpy.core.multiarray", "_reconstruct"),
     ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
     ("numpy", "ndarray"),
     ("numpy", "dtype"),
 }
 
 
+def latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
+    """Stands in for `_codecs.encode`, which Python 3 pickles bytes by at protocol 2 (str to latin-1 only)."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError("refusing _codecs.encode other than of a str to latin-1")
+    return text.encode("latin1")
+
+
+def empty_bytes(*args) -> bytes:
+    """Stands in for `bytes()`, which Python 3 pickles an empty bytes object with at protocol 2."""
+    if args:
+        raise pickle.UnpicklingError("refusing bytes() with arguments")
+    return b""
+
+
+# Globals that are not numpy's but that protocol-2 pickles written by Python 3 use for bytes objects
+# (the originals were written by Python 2, whose str needed none): replaced by narrow stand-ins.
+BYTES_GLOBALS = {("_codecs", "encode"): latin1_bytes, ("builtins", "bytes"): empty_bytes}
+
+
 class ArrayOnlyUnpickler(pickle.Unpickler):
-    """Unpickles plain containers and numpy arrays; refuses every other global (no code execution)."""
+    """Unpickles plain containers, bytes and numpy arrays; refuses every other global (no code execution)."""
 
     def find_class(self, module: str, name: str):
         if (module, name) in ALLOWED_GLOBALS:
             return super().find_class(module, name)
+        if (module, name) in BYTES_GLOBALS:
+            return BYTES_GLOBALS[module, name]
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}: not a numpy array")
 
 
 def load_batch(path: Path) -> dict:
-    with open(path, "rb") as f:
-        return ArrayOnlyUnpickler(f, encoding="bytes").load()
+    """One CIFAR pickle as a dict with bytes keys; a corrupt or tampered file is one DataError."""
+    try:
+        with open(path, "rb") as f:
+            batch = ArrayOnlyUnpickler(f, encoding="bytes").load()
+    except OSError as exc:
+        raise DataError(f"{path} cannot be read ({exc.strerror or exc}); re-extract the archive") from exc
+    except Exception as exc:  # UnpicklingError, EOFError, ValueError... on a corrupt or tampered file
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise DataError(
+            f"{path} is not a CIFAR python-version pickle ({detail}); re-extract the original archive"
+        ) from exc
+    if not isinstance(batch, dict):
+        kind = type(batch).__name__
+        raise DataError(f"{path} holds a {kind}, not a CIFAR batch dict; re-extract the archive")
+    return batch
+
+
+def batch_entry(batch: dict, key: bytes, path: Path):
+    if key not in batch:
+        raise DataError(f"{path} has no {key.decode()!r} entry; it is not a CIFAR batch of this dataset")
+    return batch[key]
 
 
 def dataset_folder(root: Path, name: str) -> Path:
@@ -79,13 +122,18 @@ def read_split(folder: Path, files: list[str], label_key: bytes) -> tuple[torch.
     images, labels = [], []
     for file in files:
         batch = load_batch(folder / file)
-        data = np.asarray(batch[b"data"], dtype=np.uint8)
+        data = np.asarray(batch_entry(batch, b"data", folder / file), dtype=np.uint8)
         if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
             raise DataError(
                 f"{folder / file}: expected rows of 3072 bytes, got an array of shape {data.shape}"
             )
-        images.append(data.reshape(-1, 3, 32, 32))
-        labels.append(np.asarray(batch[label_key], dtype=np.int64))
+        batch_labels = np.asarray(batch_entry(batch, label_key, folder / file), dtype=np.int64).reshape(-1)
+        if len(batch_labels) != len(data):
+            raise DataError(
+                f"{folder / file}: {len(data)} images but {len(batch_labels)} labels; re-extract it"
+            )
+        images.append(data.reshape(-1, 3, 32, 32))  # row = 1024 red, 1024 green, 1024 blue bytes, row-major
+        labels.append(batch_labels)
     return torch.from_numpy(np.concatenate(images)), torch.from_numpy(np.concatenate(labels))
 
 
@@ -98,7 +146,8 @@ def read_cifar(name: str, root: Path, download: bool) -> ImageDataset:
     folder = dataset_folder(root, name)
     train_images, train_labels = read_split(folder, layout["train"], layout["label_key"])
     test_images, test_labels = read_split(folder, layout["test"], layout["label_key"])
-    names = load_batch(folder / layout["meta"])[layout["names_key"]]
+    meta = folder / layout["meta"]
+    names = batch_entry(load_batch(meta), layout["names_key"], meta)
     return ImageDataset(
         name=name,
         train_images=train_images,

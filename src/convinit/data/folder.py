@@ -12,14 +12,15 @@ import numpy as np
 import torch
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, register_dataset
-from convinit.data.image_files import IMAGE_SUFFIXES, all_grayscale, decode_images, image_files
+from convinit.data.image_files import all_grayscale, decode_images, image_files
 from convinit.errors import DataError
 
 TEST_FRACTION = 0.2
 
 
 def class_folders(root: Path) -> list[Path]:
-    return sorted(p for p in root.iterdir() if p.is_dir())
+    """Sub-folders of `root`, sorted; hidden ones (such as `.ipynb_checkpoints`) are not classes."""
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def labelled_files(split_dir: Path, classes: list[str]) -> tuple[list[Path], list[int]]:
@@ -38,9 +39,7 @@ def split_dirs(root: Path) -> tuple[Path, Path] | None:
 
 def missing_folder_files(root: Path) -> list[str]:
     base = split_dirs(root)[0] if split_dirs(root) else root
-    has_images = any(
-        p.suffix.lower() in IMAGE_SUFFIXES for folder in class_folders(base) for p in folder.rglob("*")
-    )
+    has_images = any(image_files(folder) for folder in class_folders(base))
     return [] if has_images else ["class folders with images (DIR/<class>/*.png or DIR/train/<class>/...)"]
 
 
@@ -57,14 +56,15 @@ def read_folder(root: Path, download: bool = False) -> ImageDataset:
         for label in range(len(classes)):
             members = [i for i, y in enumerate(labels) if y == label]
             rng.shuffle(members)
-            n_test = int(round(TEST_FRACTION * len(members))) if len(members) > 1 else 0
+            # every class with two or more images gets at least one test image
+            n_test = max(1, round(TEST_FRACTION * len(members))) if len(members) > 1 else 0
             for rank, i in enumerate(members):
                 (test_paths if rank < n_test else train_paths).append(paths[i])
                 (test_labels if rank < n_test else train_labels).append(label)
     if not train_paths or not test_paths:
         raise DataError(f"{root}: need images in both a training and a test split (found {len(train_paths)} "
                         f"and {len(test_paths)}); add more images per class or a test/ folder")  # fmt: skip
-    grayscale = all_grayscale(train_paths[:50])
+    grayscale = all_grayscale(train_paths + test_paths)  # headers only: cheap, and no class is missed
     train_images = decode_images(train_paths, grayscale=grayscale)
     test_images = decode_images(test_paths, size=tuple(train_images.shape[2:]), grayscale=grayscale)
     return ImageDataset(

@@ -7,6 +7,7 @@ package puts it. The reader also looks in the `raw/` layouts that torchvision's 
 from __future__ import annotations
 
 import gzip
+import math
 from pathlib import Path
 
 import numpy as np
@@ -43,14 +44,20 @@ def missing_idx_files(root: Path) -> list[str]:
 def read_idx(path: Path) -> np.ndarray:
     """Parse one IDX file: magic (0, 0, dtype 0x08 = ubyte, ndim), big-endian dims, then the bytes."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        data = f.read()
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as exc:  # a truncated or damaged gzip stream, an unreadable file
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise DataError(f"{path} cannot be read ({detail}); truncated or corrupt, re-download it") from exc
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
         raise DataError(f"{path} is not an unsigned-byte IDX file (bad magic number); re-download it")
     ndim = data[3]
     header = 4 + 4 * ndim
+    if len(data) < header:
+        raise DataError(f"{path} ends inside its header; it is truncated, re-download it")
     dims = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    expected = header + int(np.prod(dims))
+    expected = header + math.prod(dims)
     if len(data) != expected:
         raise DataError(f"{path} holds {len(data)} bytes but its header promises {expected}; re-download it")
     return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims)
@@ -63,6 +70,12 @@ def read_idx_dataset(name: str, root: Path, classes: list[str]) -> ImageDataset:
         if path is None:
             raise DataError(f"dataset {name!r}: {root} lacks {stem}[.gz]")
         arrays[key] = read_idx(path)
+        wanted_ndim = 3 if key.endswith("images") else 1  # images (N, rows, cols), labels (N,)
+        if arrays[key].ndim != wanted_ndim:
+            raise DataError(
+                f"{path} has {arrays[key].ndim} dimensions, not {wanted_ndim}: it is not an IDX "
+                f"{key.split('_')[1][:-1]} file; put the right file under that name"
+            )
     for split in ("train", "test"):
         n_images, n_labels = len(arrays[f"{split}_images"]), len(arrays[f"{split}_labels"])
         if n_images != n_labels:

@@ -13,8 +13,27 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
 
 
 def image_files(folder: Path) -> list[Path]:
-    """Image files directly or recursively under `folder`, sorted for a stable order."""
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    """Image files directly or recursively under `folder`, sorted for a stable order.
+
+    Hidden files and folders are skipped: macOS leaves `._name.png` metadata files beside the images.
+    """
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.suffix.lower() in IMAGE_SUFFIXES
+        and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+
+
+def most_common_size(paths: list[Path]) -> tuple[int, int]:
+    """(height, width) shared by most files (reads headers only); ties go to the first seen."""
+    sizes = []
+    for path in paths:
+        with Image.open(path) as img:
+            sizes.append(img.size)
+    width, height = Counter(sizes).most_common(1)[0][0]
+    return height, width
 
 
 def decode_images(
@@ -23,27 +42,27 @@ def decode_images(
     """Decode `paths` into (N, C, H, W) uint8; images of another size are resized (bilinear) to `size`.
 
     `size` defaults to the most common size among the files, so a folder of mixed sizes still loads.
+    Each image is converted to an array as soon as it is decoded, so memory holds one copy of the data.
     """
     mode = "L" if grayscale else "RGB"
-    images = []
-    for path in paths:
+    height, width = size if size is not None else most_common_size(paths)
+    out = np.empty((len(paths), height, width, 1 if grayscale else 3), dtype=np.uint8)  # (N, H, W, C)
+    for i, path in enumerate(paths):
         with Image.open(path) as img:
-            images.append(img.convert(mode))
-    if size is None:
-        width, height = Counter(img.size for img in images).most_common(1)[0][0]
-        size = (height, width)
-    height, width = size
-    arrays = [np.asarray(img if img.size == (width, height) else img.resize((width, height), Image.BILINEAR))
-              for img in images]  # fmt: skip
-    stacked = np.stack(arrays)
-    if grayscale:
-        stacked = stacked[..., None]
-    return torch.from_numpy(np.ascontiguousarray(stacked.transpose(0, 3, 1, 2)))
+            img = img.convert(mode)
+            if img.size != (width, height):
+                img = img.resize((width, height), Image.BILINEAR)
+            out[i] = np.asarray(img).reshape(height, width, -1)
+    return torch.from_numpy(np.ascontiguousarray(out.transpose(0, 3, 1, 2)))  # (N, C, H, W)
+
+
+GRAYSCALE_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F"}
 
 
 def all_grayscale(paths: list[Path]) -> bool:
+    """True if every file is stored as a single-channel image (reads headers only)."""
     for path in paths:
         with Image.open(path) as img:
-            if img.mode not in ("L", "1", "I;16", "I"):
+            if img.mode not in GRAYSCALE_MODES:
                 return False
     return True

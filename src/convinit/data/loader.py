@@ -3,6 +3,11 @@
 Batches are index slices of that tensor, so an epoch costs one `randperm` and no per-image Python.
 Shuffling uses its own generator seeded by (seed, epoch): the data order of any epoch is known in
 advance, which makes resumed runs see exactly the batches an uninterrupted run would.
+
+Distributed (`rank`, `world_size`): rank r takes positions r, r + W, r + 2W, ... of the epoch's order.
+Without `drop_last` the shards partition the data exactly (evaluation counts every sample once; ranks
+may differ by one sample). With `drop_last` (training) the order is first cut to a multiple of W, so
+every rank gets n // W samples and takes the same number of steps, which DDP's all-reduce requires.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ class DeviceLoader:
     ):
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank {rank} and world_size {world_size}")
         self.images = images.to(device)
         self.labels = labels.to(device)
         self.batch_size = batch_size
@@ -50,10 +59,17 @@ class DeviceLoader:
             order = torch.randperm(n, generator=generator)
         else:
             order = torch.arange(n)
+        if self.drop_last:
+            order = order[: n - n % self.world_size]  # the same number of samples on every rank
         return order[self.rank :: self.world_size].to(self.images.device)
 
+    def shard_size(self) -> int:
+        """Number of samples this rank sees per epoch."""
+        n = len(self.labels)
+        return n // self.world_size if self.drop_last else len(range(self.rank, n, self.world_size))
+
     def __len__(self) -> int:
-        n = len(range(self.rank, len(self.labels), self.world_size))
+        n = self.shard_size()
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -8,10 +8,16 @@ order, which is ConViT's protocol for its ImageNet subsets (SPEC section 5).
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
 from convinit.errors import ConfigError
+
+
+def is_number(value, kind: type) -> bool:
+    """`value` is a `kind` number (numpy scalars included) and not a bool."""
+    return isinstance(value, kind) and not isinstance(value, bool)
 
 
 def stratified_subset(
@@ -21,11 +27,13 @@ def stratified_subset(
     seed: int = 0,
     order: str = "random",
 ) -> torch.Tensor:
-    """Sorted indices of the kept training images."""
-    if fraction is not None and not 0.0 < fraction <= 1.0:
-        raise ConfigError(f"train_fraction must be in (0, 1], got {fraction}")
-    if per_class is not None and per_class < 1:
-        raise ConfigError(f"per_class must be a positive integer, got {per_class}")
+    """Sorted indices of the kept training images (all of them when neither `fraction` nor `per_class`)."""
+    if fraction is not None and per_class is not None:
+        raise ConfigError(f"set train_fraction ({fraction}) or per_class ({per_class}), not both")
+    if fraction is not None and not (is_number(fraction, numbers.Real) and 0.0 < fraction <= 1.0):
+        raise ConfigError(f"train_fraction must be a number in (0, 1], got {fraction!r}")
+    if per_class is not None and not (is_number(per_class, numbers.Integral) and per_class >= 1):
+        raise ConfigError(f"per_class must be a positive integer, got {per_class!r}")
     if order not in ("random", "first"):
         raise ConfigError(f"subset_order must be 'random' or 'first', got {order!r}")
     if fraction is None and per_class is None:

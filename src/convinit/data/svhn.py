@@ -21,7 +21,13 @@ FILES = {"train": "train_32x32.mat", "test": "test_32x32.mat"}
 def read_mat(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     from scipy.io import loadmat
 
-    mat = loadmat(str(path))
+    try:
+        mat = loadmat(str(path))
+    except Exception as exc:  # scipy raises ValueError, IndexError, NotImplementedError (v7.3)...
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise DataError(
+            f"{path} is not a readable MATLAB file ({type(exc).__name__}: {detail}); re-download it"
+        ) from exc
     if "X" not in mat or "y" not in mat:
         raise DataError(f"{path} has no 'X' and 'y' arrays; it is not an SVHN cropped-digits file")
     images = np.ascontiguousarray(np.transpose(mat["X"], (3, 2, 0, 1))).astype(np.uint8)  # (N, 3, 32, 32)

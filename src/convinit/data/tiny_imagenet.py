@@ -35,6 +35,8 @@ def read_tiny_imagenet(root: Path, download: bool = False) -> ImageDataset:
         download_and_extract_archive(URL, str(root))
     folder = dataset_folder(root)
     wnids = (folder / "wnids.txt").read_text().split()
+    if not wnids:
+        raise DataError(f"{folder / 'wnids.txt'} lists no classes; re-extract the archive")
     index = {wnid: i for i, wnid in enumerate(wnids)}
     words = {}
     if (folder / "words.txt").exists():
@@ -52,6 +54,8 @@ def read_tiny_imagenet(root: Path, download: bool = False) -> ImageDataset:
         train_labels += [index[wnid]] * len(files)
     test_paths, test_labels = [], []
     for line in (folder / "val" / "val_annotations.txt").read_text().splitlines():
+        if not line.strip():
+            continue
         fields = line.split("\t")
         if len(fields) < 2 or fields[1] not in index:
             raise DataError(f"{folder / 'val' / 'val_annotations.txt'}: unreadable line {line[:60]!r}")
