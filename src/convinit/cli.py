@@ -80,6 +80,83 @@ def cmd_configs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from convinit.experiments.demo import run_demo
+
+    report = run_demo(args.out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
+    print(f"report: {report}")
+    return 0
+
+
+def seed_list(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    if text.isdigit():
+        return list(range(int(text)))
+    return [int(s) for s in text.split(",") if s]
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from convinit.config import parse_overrides
+    from convinit.experiments.grid import expand
+    from convinit.experiments.report import write_report
+    from convinit.experiments.runner import run_grid
+
+    extra = parse_overrides(args.overrides)
+    for key in ("dataset", "data_dir"):
+        if getattr(args, key) is not None:
+            extra[key] = getattr(args, key)
+    runs = expand(args.name, args.scale, seed_list(args.seeds), extra)
+    out = args.out or Path("runs") / f"{args.name}-{args.scale}"
+    slurm = {"partition": args.partition, "gpus": args.gpus, "time_minutes": args.time}
+    outcome = run_grid(runs, out, args.launcher, args.jobs, not args.no_progress, slurm)
+    for run_dir, what in outcome.items():
+        print(f"{what:10s} {run_dir}")
+    if args.launcher == "local":
+        print(f"report: {write_report(out, title=args.name)}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from convinit.experiments.report import write_report
+
+    print(f"report: {write_report(args.run_dir, args.out)}")
+    return 0
+
+
+def cmd_efficiency(args: argparse.Namespace) -> int:
+    from convinit.config import parse_overrides
+    from convinit.experiments.efficiency import efficiency_runs, efficiency_summary
+    from convinit.experiments.report import write_report
+    from convinit.experiments.runner import run_grid
+
+    methods = {}
+    for item in args.method:
+        label, _, spec = item.partition("=")
+        preset, *overrides = spec.split()
+        methods[label] = (preset, parse_overrides(overrides))
+    fractions = [float(f) for f in args.fractions.split(",")]
+    extra = parse_overrides(args.overrides)
+    runs = efficiency_runs(methods, fractions, seed_list(args.seeds) or [0], args.scale_epochs, extra)
+    for spec in runs:  # one folder per method / fraction / seed
+        spec.label = f"{spec.extra['group']} @ {spec.extra['fraction']:g}"
+    out = args.out or Path("runs") / "efficiency"
+    run_grid(runs, out, args.launcher, args.jobs, not args.no_progress)
+    write_report(out, title="Data efficiency")
+    summary = efficiency_summary(out)
+    (out / "efficiency.md").write_text(summary + "\n")
+    print(summary)
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from convinit.analysis.plots import render_run_analysis
+
+    for path in render_run_analysis(args.run_dir):
+        print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="convinit",
@@ -134,6 +211,61 @@ def build_parser() -> argparse.ArgumentParser:
 
     configs = sub.add_parser("configs", help="list shipped training presets")
     configs.set_defaults(func=cmd_configs)
+
+    demo = sub.add_parser(
+        "demo", help="compare random/mimetic/impulse ViTs, ConViT, DeiT and ConvMixer on digits"
+    )
+    demo.add_argument("--out", type=Path, default=Path("reports/demo"), help="report directory")
+    demo.add_argument("--quick", action="store_true", help="4 epochs instead of 20 (under a minute)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--no-progress", action="store_true")
+    demo.set_defaults(func=cmd_demo)
+
+    launch = argparse.ArgumentParser(add_help=False)
+    launch.add_argument("--out", type=Path, help="directory of the grid's runs (default under runs/)")
+    launch.add_argument("--seeds", help="N (seeds 0..N-1) or a list 0,1,2 (default: the preset's)")
+    launch.add_argument("--launcher", choices=("local", "slurm"), default="local")
+    launch.add_argument("--jobs", type=int, default=1, help="local runs at once (subprocesses)")
+    launch.add_argument("--partition", help="SLURM partition")
+    launch.add_argument("--gpus", type=int, default=1, help="GPUs per SLURM job")
+    launch.add_argument("--time", type=int, default=24 * 60, help="SLURM time limit in minutes")
+    launch.add_argument("--no-progress", action="store_true")
+
+    reproduce = sub.add_parser(
+        "reproduce", parents=[launch], help="run a paper experiment by name (resumable)"
+    )
+    reproduce.add_argument("name", help="experiment preset (see `convinit reproduce --list`)")
+    reproduce.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every run")
+    reproduce.add_argument("--scale", choices=("small", "full"), default="small")
+    reproduce.add_argument("--dataset")
+    reproduce.add_argument("--data-dir")
+    reproduce.set_defaults(func=cmd_reproduce)
+
+    report = sub.add_parser("report", help="paper-style table, CSV and plots for a directory of runs")
+    report.add_argument("run_dir", type=Path, metavar="DIR")
+    report.add_argument("--out", type=Path, help="where to write (default: DIR)")
+    report.set_defaults(func=cmd_report)
+
+    efficiency = sub.add_parser("efficiency", parents=[launch], help="accuracy vs number of training images")
+    efficiency.add_argument(
+        "--method",
+        action="append",
+        required=True,
+        metavar="LABEL=PRESET [KEY=VALUE ...]",
+        help='e.g. --method "impulse=default init=impulse model_args.qk_input=blend"',
+    )
+    efficiency.add_argument("--fractions", default="0.01,0.02,0.05,0.1,0.2,0.5,1")
+    efficiency.add_argument(
+        "--scale-epochs", action="store_true", help="epochs x 1/fraction (ConViT's protocol)"
+    )
+    efficiency.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every run"
+    )
+    efficiency.set_defaults(func=cmd_efficiency)
+
+    analyze = sub.add_parser("analyze", help="non-locality, gate and attention plots of a run")
+    analyze.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    analyze.set_defaults(func=cmd_analyze)
     return parser
 
 

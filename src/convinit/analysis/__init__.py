@@ -34,3 +34,6 @@ def get_tracker(name: str) -> Tracker:
     if name not in _TRACKERS:
         raise ConfigError(f"unknown tracker {name!r}; choose from: {', '.join(list_trackers()) or 'none'}")
     return _TRACKERS[name]
+
+
+from convinit.analysis import gates, locality  # noqa: E402,F401  (register the gates and nonlocality trackers)

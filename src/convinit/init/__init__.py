@@ -49,3 +49,6 @@ def random_init(model: nn.Module) -> dict[str, Any]:
 
 
 __all__ = ["initialize", "list_schemes", "register_scheme"]
+
+
+from convinit.init import impulse, mimetic  # noqa: E402,F401  (register the impulse and mimetic schemes)

@@ -1,10 +1,18 @@
 """Checkpoints: model weights as safetensors, optimiser/scheduler/RNG state beside them.
 
-Each checkpoint is a folder `checkpoints/epoch-NNNN[-step-MMMMM]` written under a temporary name and
-renamed when complete, with `manifest.json` recording each file's size and SHA-256; loading verifies
-them and falls back to the previous checkpoint (with a warning) if the newest is damaged. The last
-`KEEP` checkpoints are kept. Training state is loaded with `torch.load(weights_only=True)`, so a
-checkpoint can never run code.
+Each checkpoint is a folder `checkpoints/epoch-NNNN[-step-MMMMMM]`, written in four steps so that a
+process killed at any moment (SIGKILL, power loss after the fsyncs) leaves the previous checkpoint
+usable:
+
+1. `write_files`: every file goes into `<name>.tmp/`, each fsynced;
+2. `write_manifest`: `manifest.json` records each file's size and SHA-256;
+3. `publish`: one `os.replace` renames the folder to its final name (atomic on POSIX);
+4. `prune`: all but the newest `KEEP` checkpoints, and stale `*.tmp` folders, are removed.
+
+Loading verifies the manifest and falls back to the previous checkpoint, with a warning that names
+both, when the newest is damaged. `*.tmp` folders are never read. Training state is loaded with
+`torch.load(weights_only=True)`, so a checkpoint can never run code: a file that needs more than
+tensors and plain Python values is refused with a one-line ConfigError.
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -21,8 +31,11 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_model, save_model
 
+from convinit.errors import ConfigError
+
 KEEP = 2
 MANIFEST = "manifest.json"
+REQUIRED = ("model.safetensors", "train_state.pt")  # a checkpoint is unusable without these
 
 
 def sha256(path: Path) -> str:
@@ -38,8 +51,56 @@ def fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside `path` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def checkpoint_name(epoch: int, step: int) -> str:
     return f"epoch-{epoch:04d}" + (f"-step-{step:06d}" if step else "")
+
+
+def write_files(tmp: Path, model: nn.Module, train_state: dict[str, Any], ema: nn.Module | None) -> None:
+    save_model(model, str(tmp / "model.safetensors"))
+    if ema is not None:
+        save_model(ema, str(tmp / "ema.safetensors"))
+    torch.save(train_state, tmp / "train_state.pt")
+    for path in tmp.iterdir():
+        fsync_file(path)
+
+
+def write_manifest(tmp: Path, epoch: int, step: int) -> None:
+    files = sorted(tmp.iterdir())
+    manifest = {
+        "epoch": epoch,
+        "step": step,
+        "files": {p.name: {"size": p.stat().st_size, "sha256": sha256(p)} for p in files},
+    }
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    fsync_file(tmp / MANIFEST)
+
+
+def publish(tmp: Path, final: Path) -> None:
+    shutil.rmtree(final, ignore_errors=True)  # a damaged checkpoint of the same name, from a killed run
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+
+
+def prune(run_dir: Path, keep: int = KEEP) -> None:
+    """Remove all but the newest `keep` checkpoints, and `*.tmp` folders that killed writes left."""
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in (run_dir / "checkpoints").glob("*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def save_checkpoint(
@@ -57,29 +118,15 @@ def save_checkpoint(
     tmp = root / (final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_model(model, str(tmp / "model.safetensors"))
-    if ema is not None:
-        save_model(ema, str(tmp / "ema.safetensors"))
-    torch.save(train_state, tmp / "train_state.pt")
-    files = sorted(p for p in tmp.iterdir())
-    for path in files:
-        fsync_file(path)
-    manifest = {
-        "epoch": epoch,
-        "step": step,
-        "files": {p.name: {"size": p.stat().st_size, "sha256": sha256(p)} for p in files},
-    }
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    fsync_file(tmp / MANIFEST)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    for old in list_checkpoints(run_dir)[:-KEEP]:
-        shutil.rmtree(old, ignore_errors=True)
+    write_files(tmp, model, train_state, ema)
+    write_manifest(tmp, epoch, step)
+    publish(tmp, final)
+    prune(run_dir)
     return final
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoint folders, oldest first."""
+    """Complete checkpoint folders, oldest first (`*.tmp` folders are writes that never finished)."""
     root = run_dir / "checkpoints"
     if not root.is_dir():
         return []
@@ -92,28 +139,38 @@ def verify_checkpoint(path: Path) -> str | None:
     if not manifest_path.is_file():
         return "no manifest"
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError:
+        files = json.loads(manifest_path.read_bytes())["files"]
+        expected_files = {name: (int(e["size"]), str(e["sha256"])) for name, e in files.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):  # cut short, garbage, or the wrong shape
         return "unreadable manifest"
-    for name, expected in manifest["files"].items():
+    for name in REQUIRED:
+        if name not in expected_files:
+            return f"the manifest does not list {name}"
+    for name, (size, digest) in expected_files.items():
         file = path / name
         if not file.is_file():
             return f"{name} is missing"
-        if file.stat().st_size != expected["size"]:
-            return f"{name} has {file.stat().st_size} bytes, expected {expected['size']}"
-        if sha256(file) != expected["sha256"]:
+        if file.stat().st_size != size:
+            return f"{name} has {file.stat().st_size} bytes, expected {size}"
+        if sha256(file) != digest:
             return f"{name} does not match its recorded hash"
     return None
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest checkpoint that verifies; damaged newer ones are skipped with a warning."""
+    """The newest checkpoint that verifies; each damaged newer one is skipped with a warning."""
+    damaged: list[tuple[Path, str]] = []
+    found = None
     for path in reversed(list_checkpoints(run_dir)):
         problem = verify_checkpoint(path)
         if problem is None:
-            return path
-        warnings.warn(f"checkpoint {path} is damaged ({problem}); using the previous one", stacklevel=2)
-    return None
+            found = path
+            break
+        damaged.append((path, problem))
+    fallback = f"using the previous one, {found.name}" if found else "no intact checkpoint is left"
+    for path, problem in damaged:
+        warnings.warn(f"checkpoint {path} is damaged ({problem}); {fallback}", stacklevel=2)
+    return found
 
 
 def load_weights(model: nn.Module, path: Path, ema: bool = False) -> None:
@@ -125,4 +182,26 @@ def load_weights(model: nn.Module, path: Path, ema: bool = False) -> None:
 
 
 def load_train_state(path: Path) -> dict[str, Any]:
-    return torch.load(path / "train_state.pt", map_location="cpu", weights_only=True)
+    """Optimiser, scheduler, RNG and position of a checkpoint folder; never runs code from the file.
+
+    `weights_only=True` admits tensors and plain Python values only; anything else (a pickle that
+    would import a function, e.g. a crafted file) raises a one-line ConfigError naming the file.
+    """
+    file = path / "train_state.pt"
+    try:
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing
+            warnings.simplefilter("ignore")
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        what = f" ({found.group(1)})" if found else ""
+        raise ConfigError(
+            f"refusing to load {file}: it holds Python objects beyond tensors and plain values{what}, "
+            f"which could run code; it was not written by convinit, delete {path} or use a trusted copy"
+        ) from exc
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        detail = " ".join(str(exc).split())
+        raise ConfigError(
+            f"cannot load {file} ({type(exc).__name__}: {detail}); "
+            f"delete {path} to resume from the previous checkpoint"
+        ) from exc

@@ -82,7 +82,20 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device {name!r} asked for but CUDA is not available here; use device=cpu or auto")
-    return torch.device(name)
+    if name.startswith("mps") and not torch.backends.mps.is_available():
+        raise ConfigError(f"device {name!r} asked for but MPS is not available here; use device=cpu or auto")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:  # e.g. cuda:x
+        raise ConfigError(
+            f"device {name!r} is not a device name; use auto, cpu, cuda, cuda:N or mps"
+        ) from exc
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ConfigError(
+            f"device {name!r} asked for but there are {count} CUDA devices (cuda:0 .. cuda:{count - 1})"
+        )
+    return device
 
 
 def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
@@ -158,9 +171,45 @@ def build_model(
         )
     except ConfigError:
         raise
-    except (TypeError, ValueError, AssertionError, RuntimeError) as exc:
+    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as exc:  # 0 ** -0.5: dim=0
         detail = " ".join(str(exc).split())
         raise ConfigError(f"model {cfg.model!r} cannot be built with {cfg.model_args}: {detail}") from exc
+
+
+def initialize_model(cfg: TrainConfig, model: nn.Module) -> dict[str, Any]:
+    """Apply the configured init scheme; ConfigError if its options are unknown or impossible."""
+    try:
+        return initialize(model, cfg.init, **cfg.init_args)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as exc:
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"init {cfg.init!r} cannot be applied with {cfg.init_args}: {detail}") from exc
+
+
+@torch.no_grad()
+def check_forward(cfg: TrainConfig, model: nn.Module, images: torch.Tensor, num_classes: int) -> None:
+    """One forward pass on real images before any step: a model that builds but cannot run on this
+    data (an argument of the right type but an impossible value) fails with one line, not a traceback."""
+    model.eval()
+    dtype = autocast_dtype(cfg, images.device)
+    try:
+        with torch.autocast(images.device.type, dtype=dtype, enabled=dtype is not None):
+            logits = model(images)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError, IndexError) as exc:
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 300 else detail[:297] + "..."  # torch's signature listings
+        shape = "x".join(str(n) for n in images.shape[1:])
+        raise ConfigError(
+            f"model {cfg.model!r} with {cfg.model_args} cannot run on {shape} images: {detail}"
+        ) from exc
+    if tuple(logits.shape) != (len(images), num_classes):
+        raise ConfigError(
+            f"model {cfg.model!r} with {cfg.model_args} returns {tuple(logits.shape)} for "
+            f"{len(images)} images of {num_classes} classes; it must return (batch, num_classes)"
+        )
 
 
 def validate(cfg: TrainConfig) -> None:
@@ -169,7 +218,12 @@ def validate(cfg: TrainConfig) -> None:
     check_available(cfg.dataset, cfg.data_dir, cfg.download)
     shape = dataset_shape(cfg)
     if shape is not None:
-        with torch.device("meta"):
+        try:  # on the meta device: checks shapes and arguments without allocating weights
+            with torch.device("meta"):
+                create_model(cfg.model, **shape, **cfg.model_args)
+        except ConfigError:
+            raise
+        except Exception:  # an init that needs real values (e.g. fixed filters): build it for real
             build_model(cfg, **shape)
     if cfg.track:
         from convinit.analysis import get_tracker
@@ -267,8 +321,9 @@ def train(
     dataset, keep = prepare_data(cfg)
     img_size = cfg.img_size or dataset.img_size
     model = build_model(cfg, dataset.num_classes, dataset.in_chans, img_size)
-    if not resume:
-        report = initialize(model, cfg.init, **cfg.init_args)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is None:  # a new run, or one killed before its first intact checkpoint: start over
+        report = initialize_model(cfg, model)
         (run_dir / "init_report.json").write_text(json.dumps(report, indent=1, default=str))
     model.to(device)
 
@@ -307,10 +362,11 @@ def train(
         else None
     )
     track_images = eval_transform(dataset.test_images[:TRACK_BATCH].to(device))
+    check_forward(cfg, model, track_images[:2], dataset.num_classes)
     log = MetricsLog(run_dir)
 
     start_epoch, start_step, running = 0, 0, {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
-    checkpoint = latest_checkpoint(run_dir) if resume else None
+    skipped = 0  # non-finite steps skipped so far (on_nonfinite=skip), carried across resumes
     if checkpoint is not None:
         state = load_train_state(checkpoint)
         load_weights(model, checkpoint)
@@ -320,18 +376,20 @@ def train(
         scheduler.load_state_dict(state["scheduler"])
         restore_rng_state(state["rng"])
         start_epoch, start_step, running = state["epoch"], state["step"], state["running"]
+        skipped = state.get("skipped", 0)  # absent in checkpoints written before it was saved
         log.truncate_after(start_epoch)
-    elif cfg.eval_every and (not resume or not log.rows()):
-        test_loss, test_acc = evaluate(model, test_loader, eval_transform, dtype)
-        log.truncate_after(-1)
-        log.append(
-            {
-                "epoch": 0,
-                "test_loss": test_loss,
-                "test_acc": test_acc,
-                **run_trackers(model, cfg.track, track_images),
-            }
-        )
+    else:
+        log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
+        if cfg.eval_every:
+            test_loss, test_acc = evaluate(model, test_loader, eval_transform, dtype)
+            log.append(
+                {
+                    "epoch": 0,
+                    "test_loss": test_loss,
+                    "test_acc": test_acc,
+                    **run_trackers(model, cfg.track, track_images),
+                }
+            )
 
     def train_state(epoch: int, step: int) -> dict[str, Any]:
         return {
@@ -341,6 +399,7 @@ def train(
             "epoch": epoch,
             "step": step,
             "running": dict(running),
+            "skipped": skipped,
         }
 
     bar = tqdm(
@@ -351,7 +410,6 @@ def train(
         dynamic_ncols=True,
         mininterval=0.5,
     )
-    skipped = 0
     with stop_at_step_boundary() as stop:
         for epoch in range(start_epoch, cfg.epochs):
             train_loader.set_epoch(epoch)

@@ -1,0 +1,84 @@
+"""Impulse init on ViT-Ti/2 at 32 px: the closed form against paper 1's optimiser recipe (SPEC section 3).
+
+Prints, never asserts. Targets for the closed form on `vit_tiny_patch2_32` (12 layers, 3 heads, 16 x 16
+grid): under 2 s, mean target mass >= 0.9, argmax agreement >= 0.99. The optimiser recipe (Adam lr 1e-4,
+renormalise every 100 steps, scale 0.1) runs on ONE layer for --steps steps, and the time to the paper's
+10,000 steps is projected from it.
+
+    python benchmarks/impulse_init.py                 # closed form (blend and x), 200 optimiser steps
+    python benchmarks/impulse_init.py --steps 10000   # the full recipe on one layer (minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from convinit import create_model, initialize
+from convinit.init.impulse import Targets, layer_offsets, map_quality, optimize_factors
+
+
+def closed_form_rows(kernel_size: int, offsets: str) -> list[tuple[str, dict]]:
+    rows = []
+    for label, kwargs in (("blend alpha 0 (fit on P)", dict(qk_input="blend", alpha=0.0)),
+                          ("standard x (fit on LN(P))", dict(qk_input="x"))):  # fmt: skip
+        torch.manual_seed(0)
+        model = create_model("vit_tiny_patch2_32", **kwargs)
+        report = initialize(model, "impulse", kernel_size=kernel_size, offsets=offsets, seed=0)
+        rows.append((f"closed form, {label}", report))
+    return rows
+
+
+def optimizer_row(steps: int, lr: float, scale: float, kernel_size: int, offsets: str) -> dict:
+    """Paper 1's recipe on layer 0 of vit_tiny_patch2_32 with qk_input blend (X = P)."""
+    model = create_model("vit_tiny_patch2_32", qk_input="blend", alpha=0.0)
+    attn = model.blocks[0].attn
+    generator = torch.Generator().manual_seed(0)
+    targets = Targets.build(layer_offsets(offsets, kernel_size, 0, attn.heads, generator), model.grid)
+    start = time.perf_counter()
+    wq, wk, _ = optimize_factors(
+        model.pos_embedding, targets, attn.dim_head, scale, steps, lr, 100, generator
+    )
+    seconds = time.perf_counter() - start
+    x = model.pos_embedding.double()
+    maps = torch.softmax((x @ wq.double()) @ (x @ wk.double()).transpose(1, 2) * scale, dim=-1)  # (H, N, N)
+    quality = map_quality(maps, targets)
+    return {
+        "seconds": seconds,
+        "mass": sum(quality["mass"]) / attn.heads,
+        "agreement": sum(quality["argmax_agreement"]) / attn.heads,
+        "mse": sum(quality["mse"]) / attn.heads,
+        "projected_10k": seconds / max(steps, 1) * 10_000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=200, help="optimiser steps on one layer (paper: 10000)")
+    parser.add_argument("--lr", type=float, default=1e-4, help="optimiser learning rate (paper: 1e-4)")
+    parser.add_argument("--scale", type=float, default=0.1, help="the fit's attention scale (paper: 0.1)")
+    parser.add_argument("--kernel-size", type=int, default=3, help="impulse kernel size (follow-up: 3)")
+    parser.add_argument("--offsets", default="centre_first", choices=["random", "centre_first"])
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"vit_tiny_patch2_32: 12 layers x 3 heads, 16x16 grid; torch threads {torch.get_num_threads()}")
+    print(f"{'method':48s} {'seconds':>9s} {'mass':>7s} {'argmax':>7s} {'mse':>9s} {'w scale':>8s}")
+    for label, r in closed_form_rows(args.kernel_size, args.offsets):
+        print(f"{label:48s} {r['seconds']:9.3f} {r['mean_mass']:7.3f} {r['mean_argmax_agreement']:7.3f} "
+              f"{r['mean_mse']:9.2e} {r['mean_weight_scale']:8.2f}")  # fmt: skip
+    row = optimizer_row(args.steps, args.lr, args.scale, args.kernel_size, args.offsets)
+    label = f"optimiser, ONE layer, {args.steps} steps (lr {args.lr:g})"
+    print(f"{label:48s} {row['seconds']:9.3f} {row['mass']:7.3f} {row['agreement']:7.3f} {row['mse']:9.2e}")
+    print(f"optimiser projected to 10,000 steps: {row['projected_10k']:.0f} s per layer, "
+          f"{12 * row['projected_10k'] / 60:.1f} min for 12 layers")  # fmt: skip
+    print("targets for the closed form: < 2 s, mass >= 0.9, argmax agreement >= 0.99")
+
+
+if __name__ == "__main__":
+    main()

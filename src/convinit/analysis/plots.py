@@ -1,0 +1,244 @@
+"""Figures of the ConViT paper for our runs: non-locality and gates over training, attention maps.
+
+- `plot_nonlocality`: non-locality of each layer vs epoch, one panel per run (ConViT beside DeiT,
+  paper Fig. 5), from the `nonlocality/L{l}` keys of `metrics.jsonl`.
+- `plot_gates`: sigmoid(lambda) of each head vs epoch, one panel per GPSA layer, head mean in black
+  (paper Fig. 6), from the `gate/L{l}/H{h}` keys.
+- `plot_attention_maps`: where one query patch looks, for each head of chosen layers, on a log colour
+  scale with each head's gate printed (paper Fig. 7), from a model and an image.
+- `render_run_analysis(run_dir, model=None)`: all of the above that the run allows, into run_dir/analysis/.
+
+Figures are drawn with matplotlib's object API (`Figure` + Agg), so nothing touches pyplot's global
+state or the user's backend.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from matplotlib import colormaps
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from convinit.analysis.gates import gate_values
+from convinit.analysis.locality import attention_layers, model_grid, patch_attention
+from convinit.errors import ConfigError
+from convinit.models.layers import record_attention
+
+Records = Sequence[Mapping[str, Any]]
+NONLOCALITY_KEY = re.compile(r"^nonlocality/L(\d+)$")
+GATE_KEY = re.compile(r"^gate/L(\d+)/H(\d+)$")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl file (one JSON dict per line; blank lines skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no metrics file at {path}; pass a run directory that holds metrics.jsonl")
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path} line {number} is not JSON: {exc.msg}") from exc
+    return records
+
+
+def series(records: Records, key: str) -> tuple[list[float], list[float]]:
+    """(epochs, values) of `key` over the records that have both it and an epoch."""
+    pairs = [(r["epoch"], r[key]) for r in records if key in r and "epoch" in r and r[key] is not None]
+    return [float(e) for e, _ in pairs], [float(v) for _, v in pairs]
+
+
+def _as_records(run: str | Path | Records) -> Records:
+    if isinstance(run, (str, Path)):
+        path = Path(run)
+        return read_metrics(path / "metrics.jsonl" if path.is_dir() else path)
+    return run
+
+
+def nonlocality_layers(records: Records) -> list[int]:
+    return sorted({int(m.group(1)) for r in records for k in r if (m := NONLOCALITY_KEY.match(k))})
+
+
+def gate_heads(records: Records) -> dict[int, list[int]]:
+    """{layer: [heads]} of the gate keys present in the records."""
+    found: dict[int, set[int]] = {}
+    for record in records:
+        for key in record:
+            if m := GATE_KEY.match(key):
+                found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    return {layer: sorted(heads) for layer, heads in sorted(found.items())}
+
+
+def plot_nonlocality(runs: Mapping[str, str | Path | Records], path: str | Path) -> Path:
+    """Non-locality per layer vs epoch, one panel per run (e.g. {"ConViT": dir1, "DeiT": dir2}).
+
+    Panels share the y axis. A run is a run directory, a metrics.jsonl path or a list of records.
+    """
+    runs = {label: _as_records(run) for label, run in runs.items()}
+    fig = Figure(figsize=(4.5 * len(runs), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(runs), sharey=True, squeeze=False)[0]
+    for ax, (label, records) in zip(axes, runs.items(), strict=True):
+        layers = nonlocality_layers(records)
+        colours = _layer_colours(len(layers))
+        for colour, layer in zip(colours, layers, strict=True):
+            ax.plot(*series(records, f"nonlocality/L{layer}"), color=colour, label=f"L{layer}")
+        ax.set_title(label)
+        ax.set_xlabel("epoch")
+        if layers:
+            ax.legend(fontsize=6, ncol=2)
+    axes[0].set_ylabel("non-locality (patches)")
+    return _save(fig, path)
+
+
+def plot_gates(run: str | Path | Records, path: str | Path, title: str | None = None) -> Path:
+    """sigmoid(lambda) of each head vs epoch, one panel per gated layer, with the head mean in black."""
+    records = _as_records(run)
+    layers = gate_heads(records)
+    if not layers:
+        raise ConfigError("the records hold no gate/L{l}/H{h} keys; train with track: [gates]")
+    cols = min(len(layers), 5)
+    rows = -(-len(layers) // cols)
+    fig = Figure(figsize=(2.8 * cols, 2.4 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False).flatten()
+    for ax, (layer, heads) in zip(axes, layers.items(), strict=False):
+        curves = [series(records, f"gate/L{layer}/H{head}") for head in heads]
+        for head, (epochs, values) in zip(heads, curves, strict=True):
+            ax.plot(epochs, values, linewidth=1, label=f"H{head}")
+        epochs = curves[0][0]
+        if all(len(c[1]) == len(epochs) for c in curves):
+            mean = [sum(c[1][i] for c in curves) / len(curves) for i in range(len(epochs))]
+            ax.plot(epochs, mean, color="black", linewidth=2, label="mean")
+        ax.set_title(f"layer {layer}", fontsize=9)
+        ax.set_ylim(0, 1)
+    for ax in axes[len(layers) :]:
+        ax.set_visible(False)
+    axes[0].legend(fontsize=6)
+    fig.supxlabel("epoch")
+    fig.supylabel("gate sigmoid(lambda)")
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)
+
+
+@torch.no_grad()
+def plot_attention_maps(
+    model: nn.Module,
+    images: torch.Tensor,
+    path: str | Path,
+    layers: Sequence[int] | None = None,
+    query: tuple[int, int] | None = None,
+) -> Path:
+    """Attention of one query patch (row, col; default the centre) over the patch grid, per head.
+
+    One row per chosen layer (index as in `attention_layers`; default first, middle and last), one
+    column per head, log colour scale, the query outlined in red and each GPSA head's gate in its
+    title. Uses the first image of `images` (already normalised, shape (B, C, H, W)). For layers with a
+    class token, the patch-to-patch attention is shown, renormalised over patches (see locality).
+    """
+    names = [name for name, _ in attention_layers(model)]
+    if not names:
+        raise ConfigError("the model has no attention layers to plot")
+    if layers is None:
+        layers = sorted({0, len(names) // 2, len(names) - 1})
+    bad = [layer for layer in layers if not 0 <= layer < len(names)]
+    if bad:
+        raise ConfigError(f"layers {bad} out of range; the model has attention layers 0..{len(names) - 1}")
+    was_training = model.training
+    model.eval()
+    try:
+        with record_attention(model) as maps:
+            model(images[:1])
+    finally:
+        model.train(was_training)
+    gates = gate_values(model)
+    first = maps[names[layers[0]]]
+    rows, cols = model_grid(model, first.shape[-1])
+    row, col = query if query is not None else (rows // 2, cols // 2)
+    if not (0 <= row < rows and 0 <= col < cols):
+        raise ConfigError(f"query patch {(row, col)} is outside the {rows}x{cols} patch grid")
+    heads = max(maps[names[layer]].shape[1] for layer in layers)
+    fig = Figure(figsize=(2.2 * heads + 0.8, 2.2 * len(layers)), layout="constrained")
+    axes = fig.subplots(len(layers), heads, squeeze=False)
+    for ax_row, layer in zip(axes, layers, strict=True):
+        attn = patch_attention(maps[names[layer]].float(), rows * cols)[0]  # (H, N, N)
+        attn = attn[:, row * cols + col].reshape(-1, rows, cols).cpu()  # (H, rows, cols)
+        norm = LogNorm(vmin=max(float(attn.min()), 1e-6), vmax=max(float(attn.max()), 2e-6))
+        for head, ax in enumerate(ax_row):
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if head >= attn.shape[0]:
+                ax.set_visible(False)
+                continue
+            image = ax.imshow(attn[head].clamp_min(1e-6).numpy(), cmap="viridis", norm=norm)
+            ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
+            label = f"L{layer} H{head}"
+            if layer in gates:
+                label += f"  g={float(gates[layer][head]):.2f}"
+            ax.set_title(label, fontsize=9)
+        fig.colorbar(image, ax=list(ax_row), shrink=0.8)
+    return _save(fig, path)
+
+
+def render_run_analysis(
+    run_dir: str | Path,
+    model: nn.Module | None = None,
+    images: torch.Tensor | None = None,
+    compare: Mapping[str, str | Path | Records] | None = None,
+) -> list[Path]:
+    """Render every figure a run allows into run_dir/analysis/ and return the written paths.
+
+    From run_dir/metrics.jsonl: nonlocality.png (beside the `compare` runs, e.g. {"DeiT": deit_dir})
+    and gates.png, when their keys are there. With `model`: attention_maps.png on `images` (default:
+    one fixed standard-normal image of the model's input size; pass a real normalised image for
+    content attention that means something).
+    """
+    run_dir = Path(run_dir)
+    out = run_dir / "analysis"
+    metrics = run_dir / "metrics.jsonl"
+    if model is None and not metrics.is_file():
+        raise ConfigError(f"no metrics.jsonl in {run_dir}; pass a run directory (or a model to plot)")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    if metrics.is_file():
+        records = read_metrics(metrics)
+        if nonlocality_layers(records):
+            runs = {run_dir.name or "run": records, **(compare or {})}
+            written.append(plot_nonlocality(runs, out / "nonlocality.png"))
+        if gate_heads(records):
+            written.append(plot_gates(records, out / "gates.png", title=run_dir.name))
+    if model is not None:
+        if images is None:
+            images = default_image(model)
+        written.append(plot_attention_maps(model, images, out / "attention_maps.png"))
+    return written
+
+
+def default_image(model: nn.Module) -> torch.Tensor:
+    """One fixed N(0, 1) image of the model's input size (`img_size`, `in_chans`), on its device."""
+    height, width = getattr(model, "img_size", (32, 32))
+    channels = getattr(model, "in_chans", 3)
+    generator = torch.Generator().manual_seed(0)
+    device = next(model.parameters()).device
+    return torch.randn(1, channels, height, width, generator=generator).to(device)
+
+
+def _layer_colours(count: int) -> list:
+    cmap = colormaps["viridis"]
+    return [cmap(i / max(count - 1, 1)) for i in range(count)]
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path

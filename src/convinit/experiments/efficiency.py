@@ -1,0 +1,98 @@
+"""Data-efficiency curves: test accuracy against the number of training images, per method.
+
+For each method, fraction and seed: train on a stratified subset of `fraction` of the training set
+(optionally with epochs scaled by 1/fraction, ConViT's protocol, SPEC section 5), then plot final
+test accuracy against training images and report the area between each method's curve and the
+first method's, averaged over log10(images): "how many points better, on average over data sizes".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from convinit.config import merge, resolve_config
+from convinit.data.datasets import load_dataset
+from convinit.data.subsets import stratified_subset
+from convinit.errors import ConfigError
+from convinit.experiments.grid import RunSpec, flatten, slug
+from convinit.experiments.report import find_runs
+
+DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def efficiency_runs(
+    methods: dict[str, tuple[str, dict[str, Any]]],
+    fractions: list[float] = list(DEFAULT_FRACTIONS),
+    seeds: list[int] = [0],
+    scale_epochs: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> list[RunSpec]:
+    """methods: {label: (preset, overrides)}; one RunSpec per method x fraction x seed.
+
+    Overrides may use dotted keys (`model_args.dim`) or nested mappings.
+    """
+    runs = []
+    overrides = flatten(overrides or {})
+    for label, (preset, method_overrides) in methods.items():
+        method_overrides = flatten(method_overrides)
+        base = resolve_config(preset, merge(method_overrides, overrides))
+        labels = load_dataset(base.dataset, base.data_dir, base.download).train_labels
+        for fraction in fractions:
+            if not 0 < fraction <= 1:
+                raise ConfigError(f"fractions must be in (0, 1], got {fraction}")
+            n_images = len(stratified_subset(labels, fraction, None, 0, base.subset_order))
+            epochs = max(1, round(base.epochs / fraction)) if scale_epochs else base.epochs
+            changes = {"train_fraction": None if fraction == 1 else fraction, "epochs": epochs}
+            for seed in seeds:
+                cfg = resolve_config(
+                    preset, merge(merge(method_overrides, overrides), {**changes, "seed": seed})
+                )
+                runs.append(RunSpec("efficiency", f"{label} @ {fraction:g}", seed, cfg, preset, None,
+                                    {"group": label, "fraction": fraction, "train_images": n_images}))  # fmt: skip
+    return runs
+
+
+def efficiency_dirname(spec: RunSpec) -> str:
+    return f"{slug(spec.extra['group'])}/f{spec.extra['fraction']:g}/seed{spec.seed}"
+
+
+def curves(root: Path) -> dict[str, list[tuple[int, float]]]:
+    """{method: [(training images, mean final accuracy)]} from the finished runs under `root`."""
+    points: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for record in find_runs(root):
+        if "train_images" in record.experiment and record.final_accuracy is not None:
+            points[record.experiment["group"]][int(record.experiment["train_images"])].append(
+                record.final_accuracy
+            )
+    return {m: sorted((n, statistics.fmean(a)) for n, a in by_n.items()) for m, by_n in points.items()}
+
+
+def area_between(curve: list[tuple[int, float]], reference: list[tuple[int, float]]) -> float:
+    """Mean accuracy difference (points) over the shared range of log10(images), trapezoid rule."""
+    ref = dict(reference)
+    shared = [(math.log10(n), acc - ref[n]) for n, acc in curve if n in ref]
+    if len(shared) < 2:
+        return shared[0][1] if shared else float("nan")
+    area = sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(shared, shared[1:], strict=False))
+    return area / (shared[-1][0] - shared[0][0])
+
+
+def efficiency_summary(root: Path) -> str:
+    """Markdown: accuracy per method and data size, and each method's area against the first."""
+    data = curves(root)
+    if not data:
+        raise ConfigError(f"{root} holds no finished efficiency runs")
+    methods = list(data)
+    sizes = sorted({n for c in data.values() for n, _ in c})
+    lines = ["| method | " + " | ".join(f"{n} imgs" for n in sizes) + f" | mean gain vs {methods[0]} (points) |",
+             "| --- | " + " | ".join("---:" for _ in sizes) + " | ---: |"]  # fmt: skip
+    for method in methods:
+        accs = dict(data[method])
+        cells = [f"{accs[n]:.1f}" if n in accs else "-" for n in sizes]
+        gain = area_between(data[method], data[methods[0]])
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {gain:+.2f} |")
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""Experiment presets as grids: rows (methods or settings) x seeds, at a small or full scale.
+
+An experiment is a YAML file in `convinit/configs/experiments/`:
+
+    description: Table 3 of paper 1 ...
+    scales:
+      small: {preset: paper1/table3_small, overrides: {epochs: 10}}   # CPU, minutes
+      full: {preset: paper1/table3}                                    # the paper's settings, GPU
+    seeds: [0, 1, 2]
+    rows:
+      - {label: "impulse, alpha 0.1", overrides: {init: impulse, model_args.alpha: 0.1}, paper: 88.0}
+
+`expand()` turns it into one `RunSpec` per (row, seed), each with its validated TrainConfig and a
+stable run directory name, so a grid can be resumed by re-running it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from convinit.config import TrainConfig, merge, parse_overrides, resolve_config
+from convinit.errors import ConfigError
+
+SCALES = ("small", "full")
+
+
+@dataclass
+class RunSpec:
+    """One run of a grid: its row label, seed, resolved config and directory name."""
+
+    experiment: str
+    label: str
+    seed: int
+    config: TrainConfig
+    preset: str
+    paper: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    row: int = 0  # position of the row in the experiment, which orders report tables
+
+    @property
+    def dirname(self) -> str:
+        return f"{slug(self.label)}/seed{self.seed}"
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def experiments_dir() -> Path:
+    return Path(str(resources.files("convinit") / "configs" / "experiments"))
+
+
+def list_experiments() -> list[str]:
+    return sorted(p.stem for p in experiments_dir().glob("*.yaml"))
+
+
+def load_experiment(name: str) -> dict[str, Any]:
+    path = Path(name)
+    if not (path.suffix in (".yaml", ".yml") and path.is_file()):
+        path = experiments_dir() / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown experiment {name!r}; choose one of: {', '.join(list_experiments())}")
+    spec = yaml.safe_load(path.read_text()) or {}
+    for key in ("scales", "rows"):
+        if key not in spec:
+            raise ConfigError(f"experiment {name!r} ({path}) has no {key!r} section")
+    spec.setdefault("name", path.stem)
+    return spec
+
+
+def flatten(overrides: dict[str, Any]) -> dict[str, Any]:
+    """{'model_args.alpha': 0.1} -> {'model_args': {'alpha': 0.1}} (YAML rows use dotted keys)."""
+    as_strings = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
+                  for k, v in overrides.items()]  # fmt: skip
+    return parse_overrides(as_strings)
+
+
+def expand(
+    name: str,
+    scale: str = "small",
+    seeds: list[int] | None = None,
+    extra_overrides: dict[str, Any] | None = None,
+) -> list[RunSpec]:
+    """Every (row, seed) run of experiment `name` at `scale`, configs validated up front."""
+    spec = load_experiment(name)
+    if scale not in spec["scales"]:
+        raise ConfigError(f"experiment {name!r} has no scale {scale!r}; it has: {', '.join(spec['scales'])}")
+    base = spec["scales"][scale]
+    seeds = seeds if seeds is not None else list(base.get("seeds", spec.get("seeds", [0])))
+    runs = []
+    for index, row in enumerate(spec["rows"]):
+        overrides = merge(flatten(base.get("overrides", {})), flatten(row.get("overrides", {})))
+        overrides = merge(overrides, extra_overrides or {})
+        for seed in seeds:
+            cfg = resolve_config(base["preset"], merge(overrides, {"seed": seed}))
+            runs.append(RunSpec(spec["name"], row["label"], seed, cfg, base["preset"], row.get("paper"),
+                                {k: v for k, v in row.items() if k not in ("label", "overrides", "paper")},
+                                index))  # fmt: skip
+    return runs

@@ -1,0 +1,555 @@
+"""ConViT: gated positional self-attention (GPSA) initialised as a convolution (SPEC section 5).
+
+A GPSA head mixes two attention maps with a learned gate g_h = sigmoid(lambda_h):
+
+    A = (1 - g) * softmax(q k^T * d^-0.5) + g * softmax(pos_proj(r)),
+
+where r[q, key] = (dx, dy, dx^2 + dy^2) are the key - query offsets on the patch grid. With the local
+init, head p = h1 + k*h2 (k = sqrt(H)) puts its positional peak at offset (dx, dy) = (h2 - c, h1 - c):
+the heads together start as a soft k x k convolution, and each gate decides how far a head leaves it.
+
+Module and parameter names follow timm's `convit.py` (`qk`, `v`, `proj`, `pos_proj`, `gating_param`,
+`patch_embed.proj`, `pos_embed`, `cls_token`, `blocks.i.norm1/attn/norm2/mlp.fc1/mlp.fc2`), so a timm
+ConViT state dict loads unchanged and gives the same logits.
+
+Differences from the official code, all output-preserving:
+- The positional map softmax(pos_proj(r)) is computed once per forward, shared by the batch, shape
+  (H, N, N); the official code recomputes pos_proj for every image. When pos_proj cannot change (no grad,
+  or frozen) the map is cached per grid, device and dtype, and recomputed when pos_proj's values change.
+- The fast path is (1 - g) * SDPA(q, k, v) + g * (P_pos @ v). The official code divides A by its row sum;
+  each row of A already sums to (1 - g) + g = 1, so this is a no-op in exact arithmetic and the fast path
+  skips it. The explicit path (`record = True`, see `record_attention`) keeps it and stores the maps.
+- Rectangular patch grids work (the official rel indices assume a square grid).
+- The official local init silently leaves heads beyond k*k with random positional rows when H is not
+  a square; here that is a ConfigError unless `partial_local_init=True` asks for the official behaviour.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from convinit.errors import ConfigError
+from convinit.models.layers import pair, patch_grid
+from convinit.models.registry import register_model
+
+LN_EPS = 1e-6
+
+
+def relative_indices(rows: int, cols: int) -> torch.Tensor:
+    """r[q, key] = (dx, dy, dx^2 + dy^2), dx/dy = key - query column/row offset; shape (N, N, 3).
+
+    Patches are numbered row by row (q = row * cols + col), as the patch embedding flattens them.
+    """
+    row, col = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+    row, col = row.flatten().float(), col.flatten().float()  # (N,)
+    dx = col[None, :] - col[:, None]  # (N, N): key column - query column
+    dy = row[None, :] - row[:, None]
+    return torch.stack((dx, dy, dx**2 + dy**2), dim=-1)
+
+
+def local_head_offsets(num_heads: int) -> list[tuple[float, float]]:
+    """The (dx, dy) offset each locally initialised head attends to (official layout, SPEC section 5).
+
+    k = int(sqrt(H)), centre c = (k - 1) / 2 for even k else k // 2; head p = h1 + k * h2 gets
+    (dx, dy) = (h2 - c, h1 - c). Heads beyond k*k have no offset (they keep random rows).
+    """
+    k = math.isqrt(num_heads)
+    c = (k - 1) / 2 if k % 2 == 0 else k // 2
+    offsets = [(0.0, 0.0)] * (k * k)
+    for h1 in range(k):
+        for h2 in range(k):
+            offsets[h1 + k * h2] = (h2 - c, h1 - c)
+    return offsets
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: drop a sample's whole residual branch with probability `rate` (training only)."""
+
+    def __init__(self, rate: float = 0.0):
+        super().__init__()
+        self.rate = rate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rate == 0.0 or not self.training:
+            return x
+        keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - self.rate)
+        return x * keep / (1.0 - self.rate)
+
+
+def drop_path_rates(rate: float, depth: int) -> list[float]:
+    """Stochastic depth rate of each block: linspace(0, rate, depth) (plain floats, so meta-device safe)."""
+    return [rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
+
+
+def check_heads(dim: int, num_heads: int) -> None:
+    if num_heads < 1 or dim % num_heads:
+        raise ConfigError(f"embed_dim {dim} is not divisible by num_heads {num_heads}; change one of them")
+
+
+def init_linear(layer: nn.Linear) -> None:
+    """timm/DeiT init: trunc-normal weights (std 0.02), zero bias."""
+    nn.init.trunc_normal_(layer.weight, std=0.02)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
+
+
+class Mlp(nn.Module):
+    """fc1 -> GELU -> fc2 (timm naming; the block's norm2 sits outside)."""
+
+    def __init__(self, dim: int, hidden_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_dim, dim)
+        init_linear(self.fc1)
+        init_linear(self.fc2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class PatchEmbed(nn.Module):
+    """p x p patches -> D channels by a strided conv: (B, C, H, W) -> (B, N, D), patches row by row."""
+
+    def __init__(self, img_size: int | tuple[int, int], patch_size: int, in_chans: int, dim: int):
+        super().__init__()
+        self.grid = patch_grid(img_size, patch_size)  # (rows, cols)
+        self.proj = nn.Conv2d(in_chans, dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.proj(images).flatten(2).transpose(1, 2)  # (B, N, D)
+
+
+class MHSA(nn.Module):
+    """Plain multi-head self-attention (timm naming `qkv`, `proj`): SDPA, or explicit maps when recording."""
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = False):
+        super().__init__()
+        check_heads(dim, num_heads)
+        self.num_heads = num_heads
+        self.scale = (dim // num_heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        init_linear(self.qkv)
+        init_linear(self.proj)
+        self.record = False
+        self.attention_map: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, dim = x.shape
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, dim // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, d) each
+        if self.record:
+            attn = torch.softmax((q @ k.transpose(-2, -1)) * self.scale, dim=-1)  # (B, H, N, N)
+            self.attention_map = attn.detach()
+            out = attn @ v
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
+        return self.proj(out.transpose(1, 2).reshape(batch, tokens, dim))
+
+
+class GPSA(nn.Module):
+    """Gated positional self-attention on a fixed patch grid (SPEC section 5).
+
+    Options for the paper's ablations: `use_local_init=False` keeps the random (trunc-normal) init of
+    v and pos_proj; `freeze_gate` stops lambda from training (the gate stays sigmoid(1) = 0.73);
+    `freeze` stops every parameter of the layer (qk, v, proj, pos_proj, gate) from training, so a
+    locally initialised GPSA stays a fixed soft convolution mixed with fixed content attention.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        grid: tuple[int, int],
+        qkv_bias: bool = False,
+        locality_strength: float = 1.0,
+        use_local_init: bool = True,
+        partial_local_init: bool = False,
+        freeze_gate: bool = False,
+        freeze: bool = False,
+    ):
+        super().__init__()
+        check_heads(dim, num_heads)
+        if use_local_init and not partial_local_init and math.isqrt(num_heads) ** 2 != num_heads:
+            raise ConfigError(
+                f"ConViT local init needs a square number of heads (1, 4, 9, 16, ...), got {num_heads}; "
+                f"pick a square num_heads or set use_local_init=False"
+            )
+        self.num_heads = num_heads
+        self.dim = dim
+        self.scale = (dim // num_heads) ** -0.5
+        self.locality_strength = locality_strength
+        self.qk = nn.Linear(dim, 2 * dim, bias=qkv_bias)
+        self.v = nn.Linear(dim, dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        self.pos_proj = nn.Linear(3, num_heads)
+        self.gating_param = nn.Parameter(torch.ones(num_heads))
+        self.grid = (0, 0)
+        self._positional_cache: tuple[tuple, torch.Tensor] | None = None
+        self.register_buffer("rel_indices", torch.zeros(0, 0, 3), persistent=False)
+        self.set_grid(grid)
+        self.record = False
+        self.attention_map: torch.Tensor | None = None
+        for layer in (self.qk, self.v, self.proj, self.pos_proj):
+            init_linear(layer)
+        if use_local_init:
+            self.local_init()
+        if freeze_gate:
+            self.gating_param.requires_grad_(False)
+        if freeze:
+            self.requires_grad_(False)
+
+    def set_grid(self, grid: tuple[int, int]) -> None:
+        """Rebuild the relative indices for a (rows, cols) patch grid, on the module's device."""
+        rows, cols = grid
+        self.grid = (rows, cols)
+        self.rel_indices = relative_indices(rows, cols).to(self.qk.weight.device)  # (N, N, 3)
+        self._positional_cache = None
+
+    @torch.no_grad()
+    def local_init(self) -> None:
+        """v = I; pos_proj row p = alpha * [2(h2 - c), 2(h1 - c), -1] (official layout, SPEC section 5).
+
+        The positional logit of head p is then -alpha * ||delta - Delta_p||^2 + const: a soft
+        convolution tap at offset Delta_p. As in the official code, the whole weight (also rows
+        beyond k*k) is scaled by alpha and the bias stays 0.
+        """
+        self.v.weight.copy_(torch.eye(self.dim))
+        for head, (dx, dy) in enumerate(local_head_offsets(self.num_heads)):
+            self.pos_proj.weight[head, 0] = 2 * dx
+            self.pos_proj.weight[head, 1] = 2 * dy
+            self.pos_proj.weight[head, 2] = -1.0
+        self.pos_proj.weight.mul_(self.locality_strength)
+
+    def gates(self) -> torch.Tensor:
+        """g_h = sigmoid(lambda_h), shape (H,)."""
+        return torch.sigmoid(self.gating_param)
+
+    def positional_attention(self) -> torch.Tensor:
+        """softmax(pos_proj(r)) over keys, shape (H, N, N), shared by every image of the batch.
+
+        While pos_proj trains it is recomputed once per forward (the graph must be fresh); otherwise
+        it is cached, keyed on grid, device, dtype and inference mode, and recomputed whenever the
+        values of pos_proj differ from those it was computed with (optimiser steps, loading weights).
+        """
+        weight, bias = self.pos_proj.weight, self.pos_proj.bias
+        trainable = torch.is_grad_enabled() and (weight.requires_grad or bias.requires_grad)
+        if trainable:
+            return self._positional_map()
+        key = (self.grid, weight.device, weight.dtype, torch.is_inference_mode_enabled())
+        cache = self._positional_cache
+        if cache is not None:
+            (cached_key, cached_weight, cached_bias), positional = cache
+            if cached_key == key and torch.equal(cached_weight, weight) and torch.equal(cached_bias, bias):
+                return positional
+        with torch.no_grad():
+            positional = self._positional_map()
+            self._positional_cache = ((key, weight.detach().clone(), bias.detach().clone()), positional)
+        return positional
+
+    def _positional_map(self) -> torch.Tensor:
+        # Full precision even under autocast: logits reach -alpha * (dx^2 + dy^2) ~ -300 on a 14 x 14
+        # grid, where bfloat16 rounding (~1 unit) would visibly move the softmax.
+        with torch.autocast(self.rel_indices.device.type, enabled=False):
+            logits = self.pos_proj(self.rel_indices.to(self.pos_proj.weight.dtype))  # (N, N, H)
+            return torch.softmax(logits.permute(2, 0, 1), dim=-1)  # (H, N, N)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, dim = x.shape
+        if tokens != self.grid[0] * self.grid[1]:
+            raise ConfigError(
+                f"GPSA was built for a {self.grid[0]}x{self.grid[1]} patch grid but got {tokens} tokens; "
+                f"build the model with the img_size and patch_size of the input"
+            )
+        head_dim = dim // self.num_heads
+        qk = self.qk(x).reshape(batch, tokens, 2, self.num_heads, head_dim)
+        q, k = qk.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, d) each
+        v = self.v(x).reshape(batch, tokens, self.num_heads, head_dim).transpose(1, 2)  # (B, H, N, d)
+        gate = self.gates().view(1, -1, 1, 1)  # (1, H, 1, 1)
+        positional = self.positional_attention()  # (H, N, N)
+        if self.record:
+            content = torch.softmax((q @ k.transpose(-2, -1)) * self.scale, dim=-1)  # (B, H, N, N)
+            attn = (1.0 - gate) * content + gate * positional
+            attn = attn / attn.sum(dim=-1, keepdim=True)  # the official renormalisation (a no-op)
+            self.attention_map = attn.detach()
+            out = attn @ v
+        else:
+            content_out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
+            positional_out = torch.einsum("hnm,bhmd->bhnd", positional.to(v.dtype), v)  # no (B,H,N,N) copy
+            out = (1.0 - gate) * content_out + gate * positional_out  # (B, H, N, d)
+        return self.proj(out.transpose(1, 2).reshape(batch, tokens, dim))
+
+
+class Block(nn.Module):
+    """Pre-norm block: x + DropPath(attn(LN(x))), then x + DropPath(mlp(LN(x)))."""
+
+    def __init__(self, dim: int, attn: nn.Module, mlp_ratio: float = 4.0, drop_path: float = 0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=LN_EPS)
+        self.attn = attn
+        self.drop_path = DropPath(drop_path)
+        self.norm2 = nn.LayerNorm(dim, eps=LN_EPS)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x)))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class ConViT(nn.Module):
+    """ConViT (SPEC section 5): `local_up_to_layer` GPSA blocks on patches, then MHSA blocks + class token.
+
+    A learnable absolute position embedding is added to the patches; the class token (no position
+    embedding) is concatenated just before the first MHSA block, whose output at the class token
+    feeds the head. `embed_dim` is the total width D (timm's ConVit takes the width per head).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_classes: int = 1000,
+        img_size: int | tuple[int, int] = 224,
+        in_chans: int = 3,
+        patch_size: int = 16,
+        embed_dim: int = 192,
+        depth: int = 12,
+        num_heads: int = 4,
+        mlp_ratio: float = 4.0,
+        local_up_to_layer: int = 10,
+        locality_strength: float = 1.0,
+        use_local_init: bool = True,
+        partial_local_init: bool = False,
+        freeze_gate: bool = False,
+        freeze_gpsa: bool = False,
+        drop_path_rate: float = 0.0,
+    ):
+        super().__init__()
+        if not 0 <= local_up_to_layer < depth:
+            raise ConfigError(
+                f"local_up_to_layer must be in [0, depth) = [0, {depth}), got {local_up_to_layer}; "
+                f"at least one MHSA block must read the class token"
+            )
+        if not 0.0 <= drop_path_rate < 1.0:
+            raise ConfigError(f"drop_path_rate must be in [0, 1), got {drop_path_rate}")
+        self.num_classes = num_classes
+        self.img_size = pair(img_size)
+        self.in_chans = in_chans
+        self.patch_size = patch_size
+        self.local_up_to_layer = local_up_to_layer
+        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim)
+        self.grid = self.patch_embed.grid  # (rows, cols)
+        num_patches = self.grid[0] * self.grid[1]
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches, embed_dim))
+        rates = drop_path_rates(drop_path_rate, depth)
+        self.blocks = nn.ModuleList()
+        for i in range(depth):
+            if i < local_up_to_layer:
+                attn = GPSA(
+                    embed_dim,
+                    num_heads,
+                    self.grid,
+                    locality_strength=locality_strength,
+                    use_local_init=use_local_init,
+                    partial_local_init=partial_local_init,
+                    freeze_gate=freeze_gate,
+                    freeze=freeze_gpsa,
+                )
+            else:
+                attn = MHSA(embed_dim, num_heads)
+            self.blocks.append(Block(embed_dim, attn, mlp_ratio, rates[i]))
+        self.norm = nn.LayerNorm(embed_dim, eps=LN_EPS)
+        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        if isinstance(self.head, nn.Linear):
+            init_linear(self.head)
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameters the DeiT recipe excludes from weight decay (besides 1-D ones)."""
+        return {"pos_embed", "cls_token"}
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(images) + self.pos_embed  # (B, N, D)
+        for i, block in enumerate(self.blocks):
+            if i == self.local_up_to_layer:
+                x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)  # (B, 1 + N, D)
+            x = block(x)
+        return self.norm(x)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.forward_features(images)[:, 0])
+
+
+def gpsa_layers(model: nn.Module) -> list[GPSA]:
+    """The model's GPSA modules in forward order."""
+    return [m for m in model.modules() if isinstance(m, GPSA)]
+
+
+# Presets (SPEC section 5): 48 channels per head (Ti: H 4, S: H 9, B: H 16), "plus": 64 per head.
+# All: 12 blocks, 10 GPSA + 2 MHSA, patch 16 at 224 px; the CIFAR presets use patch 2 or 4 at 32 px.
+
+
+@register_model
+def convit_tiny(
+    num_classes: int = 1000,
+    img_size: int | tuple[int, int] = 224,
+    in_chans: int = 3,
+    patch_size: int = 16,
+    embed_dim: int = 192,
+    num_heads: int = 4,
+    depth: int = 12,
+    local_up_to_layer: int = 10,
+    locality_strength: float = 1.0,
+    use_local_init: bool = True,
+    freeze_gate: bool = False,
+    freeze_gpsa: bool = False,
+    drop_path_rate: float = 0.0,
+) -> ConViT:
+    """ConViT-Ti: D 192, 4 heads of 48 (ImageNet top-1 73.1 with the DeiT recipe)."""
+    return ConViT(**locals())
+
+
+@register_model
+def convit_tiny_plus(
+    num_classes: int = 1000,
+    img_size: int | tuple[int, int] = 224,
+    in_chans: int = 3,
+    patch_size: int = 16,
+    embed_dim: int = 256,
+    num_heads: int = 4,
+    depth: int = 12,
+    local_up_to_layer: int = 10,
+    locality_strength: float = 1.0,
+    use_local_init: bool = True,
+    freeze_gate: bool = False,
+    freeze_gpsa: bool = False,
+    drop_path_rate: float = 0.0,
+) -> ConViT:
+    """ConViT-Ti+: D 256, 4 heads of 64 (top-1 76.7)."""
+    return ConViT(**locals())
+
+
+@register_model
+def convit_small(
+    num_classes: int = 1000,
+    img_size: int | tuple[int, int] = 224,
+    in_chans: int = 3,
+    patch_size: int = 16,
+    embed_dim: int = 432,
+    num_heads: int = 9,
+    depth: int = 12,
+    local_up_to_layer: int = 10,
+    locality_strength: float = 1.0,
+    use_local_init: bool = True,
+    freeze_gate: bool = False,
+    freeze_gpsa: bool = False,
+    drop_path_rate: float = 0.0,
+) -> ConViT:
+    """ConViT-S: D 432, 9 heads of 48 (top-1 81.3)."""
+    return ConViT(**locals())
+
+
+@register_model
+def convit_small_plus(
+    num_classes: int = 1000,
+    img_size: int | tuple[int, int] = 224,
+    in_chans: int = 3,
+    patch_size: int = 16,
+    embed_dim: int = 576,
+    num_heads: int = 9,
+    depth: int = 12,
+    local_up_to_layer: int = 10,
+    locality_strength: float = 1.0,
+    use_local_init: bool = True,
+    freeze_gate: bool = False,
+    freeze_gpsa: bool = False,
+    drop_path_rate: float = 0.0,
+) -> ConViT:
+    """ConViT-S+: D 576, 9 heads of 64 (top-1 82.2; the model of the paper's ablation table)."""
+    return ConViT(**locals())
+
+
+@register_model
+def convit_base(
+    num_classes: int = 1000,
+    img_size: int | tuple[int, int] = 224,
+    in_chans: int = 3,
+    patch_size: int = 16,
+    embed_dim: int = 768,
+    num_heads: int = 16,
+    depth: int = 12,
+    local_up_to_layer: int = 10,
+    locality_strength: float = 1.0,
+    use_local_init: bool = True,
+    freeze_gate: bool = False,
+    freeze_gpsa: bool = False,
+    drop_path_rate: float = 0.0,
+) -> ConViT:
+    """ConViT-B: D 768, 16 heads of 48 (top-1 82.4)."""
+    return ConViT(**locals())
+
+
+@register_model
+def convit_base_plus(
+    num_classes: int = 1000,
+    img_size: int | tuple[int, int] = 224,
+    in_chans: int = 3,
+    patch_size: int = 16,
+    embed_dim: int = 1024,
+    num_heads: int = 16,
+    depth: int = 12,
+    local_up_to_layer: int = 10,
+    locality_strength: float = 1.0,
+    use_local_init: bool = True,
+    freeze_gate: bool = False,
+    freeze_gpsa: bool = False,
+    drop_path_rate: float = 0.0,
+) -> ConViT:
+    """ConViT-B+: D 1024, 16 heads of 64 (top-1 82.5)."""
+    return ConViT(**locals())
+
+
+@register_model
+def convit_tiny_patch2_32(
+    num_classes: int = 10,
+    img_size: int | tuple[int, int] = 32,
+    in_chans: int = 3,
+    patch_size: int = 2,
+    embed_dim: int = 192,
+    num_heads: int = 4,
+    depth: int = 12,
+    local_up_to_layer: int = 10,
+    locality_strength: float = 1.0,
+    use_local_init: bool = True,
+    freeze_gate: bool = False,
+    freeze_gpsa: bool = False,
+    drop_path_rate: float = 0.0,
+) -> ConViT:
+    """ConViT-Ti on 32 px images with 2 px patches (16 x 16 grid, N 256)."""
+    return ConViT(**locals())
+
+
+@register_model
+def convit_tiny_patch4_32(
+    num_classes: int = 10,
+    img_size: int | tuple[int, int] = 32,
+    in_chans: int = 3,
+    patch_size: int = 4,
+    embed_dim: int = 192,
+    num_heads: int = 4,
+    depth: int = 12,
+    local_up_to_layer: int = 10,
+    locality_strength: float = 1.0,
+    use_local_init: bool = True,
+    freeze_gate: bool = False,
+    freeze_gpsa: bool = False,
+    drop_path_rate: float = 0.0,
+) -> ConViT:
+    """ConViT-Ti on 32 px images with 4 px patches (8 x 8 grid, N 64)."""
+    return ConViT(**locals())

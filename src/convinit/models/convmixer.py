@@ -1,0 +1,206 @@
+"""ConvMixer with fixed spatial filters (paper 1, Fig. 4 and appendix Table 6; SPEC section 1).
+
+Stem: Conv(p x p, stride p) -> GELU -> BN. Block: x = x + BN(GELU(spatial(x))); x = BN(GELU(Conv1x1(x))).
+Head: global average pool -> Linear. The spatial (depthwise) step is what the experiments vary:
+
+- `learned`: the default depthwise conv, trained (plain ConvMixer).
+- `random`: the default init, frozen.
+- `impulse`: one tap = 1 at a uniformly random kernel position, frozen.
+- `box-N`: N distinct random taps = 1 (`box-{k*k}`, alias `ones`, is the all-ones filter), frozen.
+- `gaussian-V`: exp(-0.5 dist^2 / V) around a random centre tap, V a variance, frozen.
+- `perm` / `fullperm`: no convolution at all, an N x N token-mixing matrix per channel: each row picks
+  one random column (`perm`) or a true permutation (`fullperm`). Meant for small N.
+
+Fixed filters are scaled to squared norm 1/k (official code: impulse * sqrt(1/k), box-n * sqrt(1/(n*k)));
+perm rows carry the impulse scale. `filter_heads` distinct filters are shared out over the channels
+(channel c uses filter c mod heads); `share_filters_across_layers` reuses one bank in every block. Only
+the spatial weights are frozen; the per-channel bias stays trainable (it is channel mixing).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+import torch.nn as nn
+
+from convinit.errors import ConfigError
+from convinit.init.filters import assign_heads, check_kernel_size, filter_bank, fixed_filter_scale
+from convinit.models.layers import patch_grid
+from convinit.models.registry import register_model
+
+SPATIAL_MODES = "learned, random, impulse, ones, box-N, gaussian-V, perm, fullperm"
+
+
+def parse_spatial(spatial: str, kernel_size: int) -> tuple[str, dict]:
+    """'box-3' -> ('box', {'taps': 3}), 'gaussian-0.5' -> ('gaussian', {'variance': 0.5}), ..."""
+    text = str(spatial).strip().lower()
+    if text in ("learned", "random", "impulse", "perm", "fullperm"):
+        return text, {}
+    if text == "ones":
+        return "box", {"taps": kernel_size * kernel_size}
+    if match := re.fullmatch(r"box-(\d+)", text):
+        taps = int(match.group(1))
+        if not 1 <= taps <= kernel_size**2:
+            raise ConfigError(
+                f"spatial {spatial!r}: box-N needs 1 <= N <= {kernel_size**2} for kernel_size {kernel_size}"
+            )
+        return "box", {"taps": taps}
+    if match := re.fullmatch(r"gaussian-([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)", text):
+        variance = float(match.group(1))
+        if variance <= 0:
+            raise ConfigError(f"spatial {spatial!r}: the Gaussian variance must be > 0 (e.g. gaussian-0.5)")
+        return "gaussian", {"variance": variance}
+    raise ConfigError(
+        f"unknown spatial mode {spatial!r}; choose one of: {SPATIAL_MODES} (e.g. box-3, gaussian-0.5)"
+    )
+
+
+class TokenMixing(nn.Module):
+    """Fixed per-channel N x N selection matrices (the `perm` / `fullperm` controls), plus a bias.
+
+    Each selection matrix has one 1 per row, so it is stored as the column index each row picks and
+    applied with a gather; `matrices()` gives the explicit (heads, N, N) 0/1 matrices.
+    """
+
+    def __init__(self, dim: int, grid: tuple[int, int], heads: int, full: bool, scale: float):
+        super().__init__()
+        tokens = grid[0] * grid[1]
+        if full:
+            picks = torch.stack([torch.randperm(tokens) for _ in range(min(heads, dim))])
+        else:
+            picks = torch.randint(tokens, (min(heads, dim), tokens))
+        self.register_buffer("picks", picks)  # (heads, N): column chosen by each row
+        self.register_buffer("head_of_channel", assign_heads(dim, heads))  # (C,)
+        self.scale = scale
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def matrices(self) -> torch.Tensor:
+        """The explicit selection matrices, (heads, N, N), unscaled."""
+        eye = torch.eye(self.picks.shape[1], device=self.picks.device)
+        return eye[self.picks]  # row n of head h is e_{picks[h, n]}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, channels, height, width = x.shape
+        flat = x.flatten(2)  # (B, C, N)
+        index = self.picks[self.head_of_channel].expand(batch, -1, -1)  # (B, C, N)
+        out = torch.gather(flat, 2, index) * self.scale
+        return out.reshape(batch, channels, height, width) + self.bias[:, None, None]
+
+
+def spatial_layer(
+    mode: str, params: dict, dim: int, kernel_size: int, grid: tuple[int, int], heads: int
+) -> nn.Module:
+    """One block's spatial step for an already-parsed mode."""
+    if mode in ("perm", "fullperm"):
+        return TokenMixing(dim, grid, heads, full=mode == "fullperm", scale=math.sqrt(1.0 / kernel_size))
+    conv = nn.Conv2d(dim, dim, kernel_size, groups=dim, padding=kernel_size // 2)
+    if mode == "learned":
+        return conv
+    if mode != "random":
+        bank = filter_bank(mode, kernel_size, dim, heads, **params)  # (C, k, k)
+        scales = torch.tensor([fixed_filter_scale(f, kernel_size) for f in bank])
+        with torch.no_grad():
+            conv.weight.copy_((bank * scales[:, None, None])[:, None])  # (C, 1, k, k)
+    conv.weight.requires_grad_(False)
+    return conv
+
+
+class Residual(nn.Module):
+    def __init__(self, fn: nn.Module):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fn(x)
+
+
+class ConvMixer(nn.Module):
+    """ConvMixer (Trockman & Kolter) with the fixed spatial filter modes of paper 1 (SPEC section 1)."""
+
+    def __init__(
+        self,
+        *,
+        num_classes: int,
+        img_size: int | tuple[int, int],
+        in_chans: int,
+        dim: int,
+        depth: int,
+        kernel_size: int,
+        patch_size: int,
+        spatial: str = "learned",
+        filter_heads: int | None = None,
+        share_filters_across_layers: bool = False,
+    ):
+        super().__init__()
+        for name, value in dict(dim=dim, depth=depth).items():
+            if value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value}")
+        check_kernel_size(kernel_size)
+        heads = dim if filter_heads is None else filter_heads
+        if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+            raise ConfigError(
+                f"filter_heads must be a positive integer (or null for one filter per channel), got {heads!r}"
+            )
+        self.grid = patch_grid(img_size, patch_size)
+        self.spatial = spatial
+        mode, params = parse_spatial(spatial, kernel_size)
+        self.stem = nn.Sequential(
+            nn.Conv2d(in_chans, dim, patch_size, stride=patch_size), nn.GELU(), nn.BatchNorm2d(dim)
+        )
+        first = spatial_layer(mode, params, dim, kernel_size, self.grid, heads)
+        blocks = []
+        for index in range(depth):
+            spatial_mix = (
+                first if index == 0 else spatial_layer(mode, params, dim, kernel_size, self.grid, heads)
+            )
+            if share_filters_across_layers and index > 0:
+                spatial_mix.load_state_dict(first.state_dict())  # the same fixed filters (own parameters)
+            blocks.append(
+                nn.Sequential(
+                    Residual(nn.Sequential(spatial_mix, nn.GELU(), nn.BatchNorm2d(dim))),
+                    nn.Conv2d(dim, dim, 1),
+                    nn.GELU(),
+                    nn.BatchNorm2d(dim),
+                )
+            )
+        self.blocks = nn.Sequential(*blocks)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Linear(dim, num_classes)
+
+    def spatial_layers(self) -> list[nn.Module]:
+        """Each block's spatial step (depthwise conv or TokenMixing), first to last."""
+        return [block[0].fn[0] for block in self.blocks]
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.stem(images))  # (B, D, rows, cols)
+        return self.head(self.pool(x).flatten(1))
+
+
+@register_model
+def convmixer(
+    num_classes: int = 10,
+    img_size: int | tuple[int, int] = 32,
+    in_chans: int = 3,
+    dim: int = 512,
+    depth: int = 6,
+    kernel_size: int = 5,
+    patch_size: int = 2,
+    spatial: str = "learned",
+    filter_heads: int | None = None,
+    share_filters_across_layers: bool = False,
+) -> ConvMixer:
+    """ConvMixer-512/6, kernel 5, patch 2 on 32 px (paper 1's Fig. 4 configuration; also used: 256/8/k3)."""
+    return ConvMixer(
+        num_classes=num_classes,
+        img_size=img_size,
+        in_chans=in_chans,
+        dim=dim,
+        depth=depth,
+        kernel_size=kernel_size,
+        patch_size=patch_size,
+        spatial=spatial,
+        filter_heads=filter_heads,
+        share_filters_across_layers=share_filters_across_layers,
+    )

@@ -1,0 +1,74 @@
+"""Analysis figures are written as PNG files from metrics.jsonl records and from models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from convinit.analysis.plots import plot_attention_maps, plot_nonlocality, render_run_analysis
+from convinit.errors import ConfigError
+from convinit.models import create_model
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def small_convit():
+    torch.manual_seed(0)
+    return create_model(
+        "convit_tiny_patch4_32", num_classes=3, img_size=(16, 24), patch_size=4, embed_dim=16, num_heads=4,
+        depth=3, local_up_to_layer=2,
+    )  # fmt: skip
+
+
+def write_run(run_dir, layers=3, heads=4, epochs=4, gates=True):
+    run_dir.mkdir()
+    with open(run_dir / "metrics.jsonl", "w") as f:
+        for epoch in range(epochs):
+            record = {"epoch": epoch, "train_loss": 1.0 / (epoch + 1)}
+            for layer in range(layers):
+                record[f"nonlocality/L{layer}"] = 1.0 + 0.1 * epoch * layer
+                for head in range(heads):
+                    record[f"nonlocality/L{layer}/H{head}"] = 1.0 + 0.1 * head
+                    if gates and layer < layers - 1:
+                        record[f"gate/L{layer}/H{head}"] = 0.73 - 0.1 * epoch * head / epochs
+            f.write(json.dumps(record) + "\n")
+        f.write(json.dumps({"epoch": epochs, "test_acc": 0.5}) + "\n")  # a record without tracker keys
+    return run_dir
+
+
+def is_png(path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == PNG
+
+
+def test_render_run_analysis_writes_all_figures(tmp_path):
+    run = write_run(tmp_path / "convit")
+    written = render_run_analysis(run, model=small_convit())
+    assert {p.name for p in written} == {"nonlocality.png", "gates.png", "attention_maps.png"}
+    assert all(p.parent == run / "analysis" and is_png(p) for p in written)
+
+
+def test_render_run_analysis_without_gates_or_model(tmp_path):
+    run = write_run(tmp_path / "deit", gates=False)
+    written = render_run_analysis(run)
+    assert [p.name for p in written] == ["nonlocality.png"] and is_png(written[0])
+
+
+def test_nonlocality_convit_beside_deit(tmp_path):
+    convit, deit = write_run(tmp_path / "convit"), write_run(tmp_path / "deit", gates=False)
+    path = plot_nonlocality({"ConViT": convit, "DeiT": deit}, tmp_path / "compare.png")
+    assert is_png(path)
+
+
+def test_attention_maps_for_chosen_layers_and_query(tmp_path):
+    model = small_convit()
+    images = torch.randn(2, 3, 16, 24)
+    assert is_png(plot_attention_maps(model, images, tmp_path / "maps.png", layers=[0, 2], query=(0, 5)))
+    with pytest.raises(ConfigError, match="outside"):
+        plot_attention_maps(model, torch.randn(1, 3, 16, 24), tmp_path / "bad.png", query=(4, 0))
+
+
+def test_missing_metrics_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="metrics.jsonl"):
+        render_run_analysis(tmp_path)

@@ -1,0 +1,32 @@
+"""`convinit demo`: every method trains and the report holds the table, curves and attention maps."""
+
+from __future__ import annotations
+
+import csv
+
+from convinit.experiments.demo import demo_methods, run_demo
+
+
+def test_demo_trains_every_method_and_writes_the_report(tmp_path):
+    report = run_demo(tmp_path / "demo", epochs=1, progress=False)
+    text = report.read_text()
+    for method in demo_methods():
+        assert f"| {method.label} |" in text
+    with open(tmp_path / "demo" / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(demo_methods())
+    assert all(int(row["parameters"]) > 0 and 0 <= float(row["final_test_acc_mean"]) <= 100 for row in rows)
+    assert (tmp_path / "demo" / "curves.png").stat().st_size > 0
+    maps = sorted(p.name for p in (tmp_path / "demo" / "attention").iterdir())
+    assert any(name.endswith("-init.png") for name in maps) and any(
+        name.endswith("-trained.png") for name in maps
+    )
+    assert "ConvMixer" not in " ".join(maps)  # no attention to draw
+    assert "attention/" in text and "1 epochs" in text
+
+
+def test_demo_rerun_skips_finished_methods(tmp_path):
+    run_demo(tmp_path / "demo", epochs=1, progress=False)
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "demo" / "runs").rglob("finished.json")}
+    run_demo(tmp_path / "demo", epochs=1, progress=False)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps

@@ -1,0 +1,117 @@
+"""Experiment grids: expansion, resumable running, reports with provenance, efficiency curves."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from convinit.errors import ConfigError
+from convinit.experiments.efficiency import area_between, efficiency_runs, efficiency_summary
+from convinit.experiments.grid import expand, list_experiments
+from convinit.experiments.report import find_runs, summarise, write_report
+from convinit.experiments.runner import run_grid
+
+TINY = {"model_args.patch_size": 2, "model_args.dim": 32, "model_args.depth": 1, "model_args.heads": 2,
+        "model_args.dim_head": 16, "model_args.mlp_dim": 32, "epochs": 1, "batch_size": 100, "warmup_epochs": 0}  # fmt: skip
+
+
+@pytest.fixture
+def experiment_file(tmp_path):
+    import yaml
+
+    spec = {
+        "description": "two rows on digits",
+        "seeds": [0, 1],
+        "scales": {"small": {"preset": "default", "overrides": TINY}, "full": {"preset": "default"}},
+        "rows": [
+            {"label": "adamw", "overrides": {}, "paper": 71.9},
+            {"label": "adam lr 3e-3", "overrides": {"optimizer": "adam", "lr": 3e-3}, "alpha": 0.1},
+        ],
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_grid_expands_rows_times_seeds_with_validated_configs(experiment_file):
+    runs = expand(str(experiment_file), "small")
+    assert [(r.label, r.seed) for r in runs] == [
+        ("adamw", 0),
+        ("adamw", 1),
+        ("adam lr 3e-3", 0),
+        ("adam lr 3e-3", 1),
+    ]
+    assert runs[2].config.optimizer == "adam" and runs[2].config.model_args["dim"] == 32
+    assert runs[0].paper == 71.9 and runs[2].extra == {"alpha": 0.1}
+    assert [r.seed for r in expand(str(experiment_file), "small", seeds=[5])] == [5, 5]
+
+
+def test_grid_rejects_unknown_scale_and_bad_overrides(experiment_file):
+    with pytest.raises(ConfigError, match="no scale 'huge'"):
+        expand(str(experiment_file), "huge")
+    with pytest.raises(ConfigError, match="unknown config key 'epoks'"):
+        expand(str(experiment_file), "small", extra_overrides={"epoks": 1})
+    with pytest.raises(ConfigError, match="unknown experiment"):
+        expand("no-such-experiment")
+
+
+def test_grid_run_skips_finished_runs_and_resumes_partial_ones(experiment_file, tmp_path):
+    runs = expand(str(experiment_file), "small", seeds=[0])
+    outcome = run_grid(runs, tmp_path / "out", progress=False)
+    assert sorted(outcome.values()) == ["trained", "trained"]
+    finished = tmp_path / "out" / "adamw" / "seed0" / "finished.json"
+    assert finished.exists()
+    finished.unlink()  # as if killed after its last checkpoint
+    outcome = run_grid(runs, tmp_path / "out", progress=False)
+    assert sorted(outcome.values()) == ["skipped", "trained"]
+    assert finished.exists()
+
+
+def test_report_tabulates_mean_and_std_over_seeds_with_provenance(experiment_file, tmp_path):
+    run_grid(expand(str(experiment_file), "small"), tmp_path / "out", progress=False)
+    rows = summarise(find_runs(tmp_path / "out"))
+    assert [r["method"] for r in rows] == ["adamw", "adam lr 3e-3"] and rows[0]["seeds"] == 2
+    report = write_report(tmp_path / "out").read_text()
+    assert "| adamw | 2 |" in report and "71.9" in report and "+-" in report
+    assert "git_commit" not in report and "seed 0" in report and "convinit 0.1.0" in report
+    assert (tmp_path / "out" / "results.csv").exists() and (
+        tmp_path / "out" / "curves.png"
+    ).stat().st_size > 0
+    assert (tmp_path / "out" / "alpha_sweep.png").exists()
+    record = json.loads((tmp_path / "out" / "adamw" / "seed0" / "experiment.json").read_text())
+    assert {"git_commit", "convinit_version", "torch_version"} <= set(record)
+
+
+def test_report_of_an_empty_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="holds no finished runs"):
+        write_report(tmp_path)
+
+
+def test_area_between_curves_is_the_mean_gap_over_log_images():
+    ref = [(10, 50.0), (100, 60.0), (1000, 70.0)]
+    assert area_between([(10, 60.0), (100, 70.0), (1000, 80.0)], ref) == pytest.approx(10.0)
+    assert area_between([(10, 50.0), (100, 70.0), (1000, 70.0)], ref) == pytest.approx(5.0)
+
+
+def test_efficiency_runs_scale_epochs_and_count_training_images(tmp_path, digits):
+    tenth = sum(int(0.1 * n) for n in digits.train_labels.bincount().tolist())  # floor(f * n_c) per class
+    methods = {"vit": ("default", {k: v for k, v in TINY.items() if k != "epochs"} | {"epochs": 2})}
+    runs = efficiency_runs(methods, [0.1, 1.0], [0], scale_epochs=True)
+    assert [(r.extra["fraction"], r.extra["train_images"], r.config.epochs) for r in runs] == [
+        (0.1, tenth, 20), (1.0, 1000, 2)]  # fmt: skip
+    runs = efficiency_runs({"vit": ("default", TINY)}, [0.1, 0.5], [0])
+    run_grid(runs, tmp_path / "eff", progress=False)
+    summary = efficiency_summary(tmp_path / "eff")
+    assert f"{tenth} imgs" in summary and "| vit |" in summary and "+0.00" in summary
+
+
+def test_shipped_experiments_expand_at_both_scales():
+    for name in list_experiments():
+        for scale in ("small", "full"):
+            try:
+                runs = expand(name, scale)
+            except ConfigError as exc:
+                assert "no scale" in str(exc)
+                continue
+            assert runs, name

@@ -1,0 +1,99 @@
+"""ConvMixer with fixed spatial filter modes (SPEC section 1)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from convinit.errors import ConfigError
+from convinit.models import create_model, list_models
+from convinit.models.convmixer import TokenMixing
+
+SMALL = dict(num_classes=5, img_size=8, in_chans=1, dim=12, depth=2, kernel_size=3, patch_size=2)
+MODES = ["learned", "random", "impulse", "box-2", "ones", "gaussian-0.5", "perm", "fullperm"]
+
+
+def small(spatial: str, **kwargs) -> nn.Module:
+    torch.manual_seed(0)
+    return create_model("convmixer", spatial=spatial, **{**SMALL, **kwargs})
+
+
+def test_convmixer_is_registered_with_paper_configuration():
+    assert "convmixer" in list_models()
+    model = create_model("convmixer")
+    assert len(model.blocks) == 6 and model.grid == (16, 16)
+    conv = model.spatial_layers()[0]
+    assert conv.weight.shape == (512, 1, 5, 5) and conv.groups == 512
+
+
+@pytest.mark.parametrize("spatial", MODES)
+def test_every_spatial_mode_runs_and_only_learned_trains_its_filters(spatial):
+    model = small(spatial)
+    out = model(torch.randn(3, 1, 8, 8))
+    assert out.shape == (3, 5) and torch.isfinite(out).all()
+    out.sum().backward()
+    for layer in model.spatial_layers():
+        weights = [layer.weight] if isinstance(layer, nn.Conv2d) else []
+        assert all(w.requires_grad == (spatial == "learned") for w in weights)
+        assert layer.bias.requires_grad  # the per-channel bias is channel mixing: it always trains
+
+
+def test_impulse_filters_are_single_taps_scaled_by_sqrt_one_over_k():
+    for layer in small("impulse").spatial_layers():
+        weights = layer.weight[:, 0]  # (C, k, k)
+        assert (weights.flatten(1).count_nonzero(dim=1) == 1).all()
+        assert torch.allclose(weights.flatten(1).sum(1), torch.full((12,), math.sqrt(1 / 3)))
+
+
+def test_box_and_gaussian_filters_have_squared_norm_one_over_k():
+    for spatial in ("box-4", "ones", "gaussian-2"):
+        weights = small(spatial).spatial_layers()[0].weight[:, 0]
+        assert torch.allclose(weights.pow(2).sum((1, 2)), torch.full((12,), 1 / 3))
+    assert (small("box-4").spatial_layers()[0].weight.flatten(1).count_nonzero(dim=1) == 4).all()
+
+
+def test_filter_heads_limit_the_number_of_distinct_filters():
+    weights = small("impulse", filter_heads=3).spatial_layers()[0].weight[:, 0]
+    for channel in range(12):
+        assert torch.equal(weights[channel], weights[channel % 3])
+
+
+def test_share_filters_across_layers_reuses_one_bank():
+    shared = small("impulse", share_filters_across_layers=True).spatial_layers()
+    assert torch.equal(shared[0].weight, shared[1].weight)
+    fresh = small("impulse").spatial_layers()
+    assert not torch.equal(fresh[0].weight, fresh[1].weight)
+
+
+@pytest.mark.parametrize("spatial", ["perm", "fullperm"])
+def test_token_mixing_equals_the_explicit_matrix_per_channel(spatial):
+    layer = small(spatial, filter_heads=5).spatial_layers()[0]
+    assert isinstance(layer, TokenMixing)
+    with torch.no_grad():
+        layer.bias.normal_()
+    x = torch.randn(2, 12, 4, 4)
+    matrices = layer.matrices()  # (heads, N, N)
+    assert (matrices.sum(-1) == 1).all()  # each row picks one column
+    if spatial == "fullperm":
+        assert (matrices.sum(-2) == 1).all()  # ... and each column is picked once: a permutation
+    per_channel = matrices[torch.arange(12) % 5]  # (C, N, N): channel c uses matrix c mod heads
+    expected = torch.einsum("cnm,bcm->bcn", per_channel, x.flatten(2)) * math.sqrt(1 / 3)
+    expected = expected + layer.bias[None, :, None]
+    assert torch.allclose(layer(x).flatten(2), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("spatial", ["conv", "box-0", "box-10", "gaussian-0", "gaussian-x", "impulse-3"])
+def test_invalid_spatial_modes_are_config_errors(spatial):
+    with pytest.raises(ConfigError, match="spatial") as info:
+        small(spatial)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_kernel_and_heads_are_config_errors():
+    with pytest.raises(ConfigError, match="kernel_size"):
+        small("impulse", kernel_size=4)
+    with pytest.raises(ConfigError, match="filter_heads"):
+        small("impulse", filter_heads=0)

@@ -1,0 +1,100 @@
+"""Run the `convinit` command with a pause at a chosen point, so a test can kill it exactly there.
+
+A test helper, not a test. The product code has no test hooks: this script patches it from outside
+and then calls `convinit.cli.main`, as `python -m convinit` does.
+
+    python pausing_train.py [--pause-at-step N | --pause-in-save N] [--marker FILE] [--rss-log FILE]
+        -- train KEY=VALUE ... --out RUN_DIR
+
+--pause-at-step N   before the N-th training step this process takes (1-based), i.e. mid-epoch
+--pause-in-save N   inside the N-th checkpoint write of this process, with model.safetensors half
+                    written in the `.tmp` folder (what a kill during the write leaves behind)
+--marker FILE       created when the pause is reached; the script then waits for a signal
+--rss-log FILE      one line `epoch VmRSS_kB` after each epoch's metrics row (the soak test)
+
+At the pause the process waits in `signal.pause()`: SIGKILL ends it there; any other signal is
+handled as usual and the run continues (the trainer's SIGTERM handler then stops it at the next
+step boundary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+from convinit import cli
+from convinit.train import checkpoint as checkpoint_module
+from convinit.train import trainer as trainer_module
+
+
+def pause(marker: Path | None) -> None:
+    if marker is not None:
+        marker.write_text(str(os.getpid()))
+    signal.pause()  # returns after a handled signal; SIGKILL never returns
+
+
+def pause_at_step(n: int, marker: Path | None) -> None:
+    original = trainer_module.MixupCutmix.__call__
+    calls = {"n": 0}
+
+    def counting_call(self, images, labels):
+        calls["n"] += 1  # the trainer calls mix once per step it trains
+        if calls["n"] == n:
+            pause(marker)
+        return original(self, images, labels)
+
+    trainer_module.MixupCutmix.__call__ = counting_call
+
+
+def pause_in_save(n: int, marker: Path | None) -> None:
+    original = checkpoint_module.save_model
+    calls = {"n": 0}
+
+    def half_written_save(model, filename, *args, **kwargs):
+        original(model, filename, *args, **kwargs)
+        if Path(filename).name != "model.safetensors":
+            return
+        calls["n"] += 1
+        if calls["n"] == n:
+            os.truncate(filename, os.path.getsize(filename) // 2)
+            pause(marker)
+
+    checkpoint_module.save_model = half_written_save
+
+
+def log_rss(path: Path) -> None:
+    original = trainer_module.MetricsLog.append
+
+    def append_and_log(self, row):
+        original(self, row)
+        status = Path("/proc/self/status").read_text()
+        rss_kb = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
+        with open(path, "a") as f:
+            f.write(f"{row['epoch']} {rss_kb}\n")
+
+    trainer_module.MetricsLog.append = append_and_log
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pause-at-step", type=int)
+    parser.add_argument("--pause-in-save", type=int)
+    parser.add_argument("--marker", type=Path)
+    parser.add_argument("--rss-log", type=Path)
+    parser.add_argument("cli_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    if args.pause_at_step:
+        pause_at_step(args.pause_at_step, args.marker)
+    if args.pause_in_save:
+        pause_in_save(args.pause_in_save, args.marker)
+    if args.rss_log:
+        log_rss(args.rss_log)
+    cli_args = args.cli_args[1:] if args.cli_args[:1] == ["--"] else args.cli_args
+    return cli.main(cli_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
