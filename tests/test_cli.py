@@ -61,3 +61,10 @@ def test_help_describes_every_subcommand():
     result = subprocess.run([sys.executable, "-m", "convinit", "--help"], capture_output=True, text=True)
     for command in ("train", "eval", "datasets", "models", "configs"):
         assert command in result.stdout
+
+
+def test_resume_with_a_changed_override_names_only_that_key(tmp_path, tiny_overrides, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *tiny_overrides, "epochs=1", "--out", str(run), "--no-progress"]) == 0
+    assert main(["train", "--resume", str(run), "lr=0.5", "--no-progress"]) == 2
+    assert "its saved config differs in lr;" in capsys.readouterr().err

@@ -25,7 +25,7 @@ EXAMPLES = """examples:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from convinit.config import resolve_config
+    from convinit.config import build_config, load_config, merge, parse_overrides, resolve_config
     from convinit.train import train
 
     overrides = list(args.overrides)
@@ -35,7 +35,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.deterministic:
         overrides.append("deterministic=true")
     if args.resume:
-        cfg = resolve_config(args.config, overrides) if (args.config or overrides) else None
+        cfg = None
+        if args.config:
+            cfg = resolve_config(args.config, overrides)
+        elif overrides and (args.resume / "config.yaml").is_file():  # overrides apply to the saved config
+            saved = load_config(args.resume / "config.yaml").to_dict()
+            cfg = build_config(merge(saved, parse_overrides(overrides)))
         run = train(cfg, run_dir=args.resume, resume=True, progress=not args.no_progress)
     else:
         cfg = resolve_config(args.config, overrides)

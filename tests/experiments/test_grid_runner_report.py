@@ -115,3 +115,19 @@ def test_shipped_experiments_expand_at_both_scales():
                 assert "no scale" in str(exc)
                 continue
             assert runs, name
+
+
+def test_slurm_launcher_runs_each_grid_run_as_a_requeueable_submitit_job(experiment_file, tmp_path):
+    pytest.importorskip("submitit")
+    from convinit.config import save_config
+    from convinit.experiments.launchers import submit_slurm
+    from convinit.experiments.runner import write_experiment_record
+
+    spec = expand(str(experiment_file), "small", seeds=[0])[0]
+    run_dir = tmp_path / "out" / spec.dirname
+    write_experiment_record(spec, run_dir)  # what run_grid does before handing runs to a launcher
+    save_config(spec.config, run_dir / "config.yaml")
+    job = submit_slurm([run_dir], tmp_path / "out", cluster="local")[str(run_dir)]
+    assert job.result()["epoch"] == 1
+    assert (run_dir / "finished.json").exists()
+    assert run_grid([spec], tmp_path / "out") == {str(run_dir): "skipped"}

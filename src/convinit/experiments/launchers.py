@@ -1,7 +1,7 @@
 """SLURM submission through submitit: one job per run directory, each resuming that run.
 
-A job runs `convinit.train.train(resume=True)` on its run directory, so a pre-empted or requeued job
-picks up from the newest checkpoint. Tests use submitit's local executor (`cluster="local"`).
+Each job is a `convinit.train.slurm.TrainJob` on its run directory: on SLURM's pre-emption or time-out
+signal it checkpoints at a step boundary and requeues itself, and the requeued job resumes there. Tests use submitit's local executor (`cluster="local"`).
 """
 
 from __future__ import annotations
@@ -9,14 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from convinit.errors import ConfigError
-
-
-def resume_run(run_dir: str) -> float:
-    """What each job executes: train the run to the end (resuming it) and return its final accuracy."""
-    from convinit.train import train
-
-    run = train(None, run_dir=run_dir, resume=True, progress=False)
-    return run.metrics[-1].get("test_acc", float("nan"))
+from convinit.train.slurm import TrainJob
 
 
 def submit_slurm(
@@ -27,8 +20,8 @@ def submit_slurm(
     time_minutes: int = 24 * 60,
     cpus: int = 8,
     cluster: str | None = None,
-) -> dict[str, str]:
-    """Submit one job per run; returns {run dir: job id}. `cluster="local"` runs them as local processes."""
+) -> dict:
+    """Submit one job per run; returns {run dir: submitit job}. `cluster="local"` runs them as local processes."""
     try:
         import submitit
     except ImportError as exc:
@@ -41,9 +34,6 @@ def submit_slurm(
         )
         params = {k: v for k, v in params.items() if v is not None}
     executor.update_parameters(**params)
-    jobs = {}
     with executor.batch():
-        submitted = [(str(d), executor.submit(resume_run, str(d))) for d in run_dirs]
-    for run_dir, job in submitted:
-        jobs[run_dir] = job.job_id
-    return jobs
+        submitted = [(str(d), executor.submit(TrainJob(d))) for d in run_dirs]
+    return dict(submitted)

@@ -78,8 +78,8 @@ def run_grid(
     if launcher == "slurm":
         from convinit.experiments.launchers import submit_slurm
 
-        for run_dir, job_id in submit_slurm([d for _, d in todo], out, **(slurm_options or {})).items():
-            outcome[run_dir] = f"submitted {job_id}"
+        for run_dir, job in submit_slurm([d for _, d in todo], out, **(slurm_options or {})).items():
+            outcome[run_dir] = f"submitted {job.job_id}"
         return outcome
     if jobs > 1:
 
