@@ -107,6 +107,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from convinit.experiments.report import write_report
     from convinit.experiments.runner import run_grid
 
+    if args.list or not args.name:
+        from convinit.experiments.grid import list_experiments, load_experiment
+
+        for name in list_experiments():
+            print(f"{name:28s} {load_experiment(name).get('description', '')}")
+        return 0
     extra = parse_overrides(args.overrides)
     for key in ("dataset", "data_dir"):
         if getattr(args, key) is not None:
@@ -239,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce = sub.add_parser(
         "reproduce", parents=[launch], help="run a paper experiment by name (resumable)"
     )
-    reproduce.add_argument("name", help="experiment preset (see `convinit reproduce --list`)")
+    reproduce.add_argument("name", nargs="?", help="experiment preset (see `convinit reproduce --list`)")
+    reproduce.add_argument("--list", action="store_true", help="list the experiment presets")
     reproduce.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every run")
     reproduce.add_argument("--scale", choices=("small", "full"), default="small")
     reproduce.add_argument("--dataset")

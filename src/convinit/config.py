@@ -97,6 +97,8 @@ def preset_names() -> list[str]:
     root = resources.files("convinit") / "configs"
     names = []
     for path in Path(str(root)).rglob("*.yaml"):
+        if path.parent.name == "experiments":  # grids, not training presets (see convinit.experiments)
+            continue
         names.append(path.relative_to(Path(str(root))).with_suffix("").as_posix())
     return sorted(names)
 

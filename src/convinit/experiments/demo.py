@@ -28,7 +28,7 @@ from convinit.train import train, validate
 VIT = {"model": "simplevit", "model_args": {"patch_size": 1, "dim": 64, "depth": 4, "heads": 4, "dim_head": 16,
                                             "mlp_dim": 128}}  # fmt: skip
 BLEND = {"model_args": {"qk_input": "blend", "alpha": 0.1}}
-CONVIT_ARGS = {"patch_size": 1, "embed_dim": 64, "num_heads": 4, "depth": 4, "local_up_to_layer": 3}
+CONVIT_ARGS = {"patch_size": 2, "embed_dim": 64, "num_heads": 4, "depth": 4, "local_up_to_layer": 3}
 COMMON = {"dataset": "digits", "batch_size": 64, "optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.05,
           "eval_batch_size": 1000}  # fmt: skip
 

@@ -10,6 +10,9 @@ An experiment is a YAML file in `convinit/configs/experiments/`:
     rows:
       - {label: "impulse, alpha 0.1", overrides: {init: impulse, model_args.alpha: 0.1}, paper: 88.0}
 
+A scale may carry its own `rows` and `seeds` (e.g. other data fractions on the CPU). Extra keys of a
+row (alpha, group, fraction) are kept in the run's experiment.json for the report's plots.
+
 `expand()` turns it into one `RunSpec` per (row, seed), each with its validated TrainConfig and a
 stable run directory name, so a grid can be resumed by re-running it.
 """
@@ -94,7 +97,7 @@ def expand(
     base = spec["scales"][scale]
     seeds = seeds if seeds is not None else list(base.get("seeds", spec.get("seeds", [0])))
     runs = []
-    for index, row in enumerate(spec["rows"]):
+    for index, row in enumerate(base.get("rows", spec["rows"])):  # a scale may bring its own rows
         overrides = merge(flatten(base.get("overrides", {})), flatten(row.get("overrides", {})))
         overrides = merge(overrides, extra_overrides or {})
         for seed in seeds:
