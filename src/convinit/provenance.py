@@ -20,8 +20,13 @@ def git_commit() -> str:
         )
         if commit.returncode != 0:
             return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=source,
-                               capture_output=True, text=True, timeout=5).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=source,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
         return commit.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -12,8 +12,17 @@ from convinit.experiments.grid import expand, list_experiments
 from convinit.experiments.report import find_runs, summarise, write_report
 from convinit.experiments.runner import run_grid
 
-TINY = {"model_args.patch_size": 2, "model_args.dim": 32, "model_args.depth": 1, "model_args.heads": 2,
-        "model_args.dim_head": 16, "model_args.mlp_dim": 32, "epochs": 1, "batch_size": 100, "warmup_epochs": 0}  # fmt: skip
+TINY = {
+    "model_args.patch_size": 2,
+    "model_args.dim": 32,
+    "model_args.depth": 1,
+    "model_args.heads": 2,
+    "model_args.dim_head": 16,
+    "model_args.mlp_dim": 32,
+    "epochs": 1,
+    "batch_size": 100,
+    "warmup_epochs": 0,
+}
 
 
 @pytest.fixture
@@ -99,7 +108,9 @@ def test_efficiency_runs_scale_epochs_and_count_training_images(tmp_path, digits
     methods = {"vit": ("default", {k: v for k, v in TINY.items() if k != "epochs"} | {"epochs": 2})}
     runs = efficiency_runs(methods, [0.1, 1.0], [0], scale_epochs=True)
     assert [(r.extra["fraction"], r.extra["train_images"], r.config.epochs) for r in runs] == [
-        (0.1, tenth, 20), (1.0, 1000, 2)]  # fmt: skip
+        (0.1, tenth, 20),
+        (1.0, 1000, 2),
+    ]
     runs = efficiency_runs({"vit": ("default", TINY)}, [0.1, 0.5], [0])
     run_grid(runs, tmp_path / "eff", progress=False)
     summary = efficiency_summary(tmp_path / "eff")

@@ -25,12 +25,20 @@ from convinit.experiments.report import find_runs, plot_curves, summarise
 from convinit.provenance import provenance
 from convinit.train import train, validate
 
-VIT = {"model": "simplevit", "model_args": {"patch_size": 1, "dim": 64, "depth": 4, "heads": 4, "dim_head": 16,
-                                            "mlp_dim": 128}}  # fmt: skip
+VIT = {
+    "model": "simplevit",
+    "model_args": {"patch_size": 1, "dim": 64, "depth": 4, "heads": 4, "dim_head": 16, "mlp_dim": 128},
+}
 BLEND = {"model_args": {"qk_input": "blend", "alpha": 0.1}}
 CONVIT_ARGS = {"patch_size": 2, "embed_dim": 64, "num_heads": 4, "depth": 4, "local_up_to_layer": 3}
-COMMON = {"dataset": "digits", "batch_size": 64, "optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.05,
-          "eval_batch_size": 1000}  # fmt: skip
+COMMON = {
+    "dataset": "digits",
+    "batch_size": 64,
+    "optimizer": "adamw",
+    "lr": 1e-3,
+    "weight_decay": 0.05,
+    "eval_batch_size": 1000,
+}
 
 
 @dataclass
@@ -56,11 +64,27 @@ def demo_methods() -> list[DemoMethod]:
         DemoMethod("ViT + alpha-blend, mimetic init", deep_merge(VIT, BLEND, {"init": "mimetic"})),
         DemoMethod("ViT + alpha-blend, impulse init", deep_merge(VIT, BLEND, {"init": "impulse"})),
         DemoMethod("ConViT (GPSA, local init)", {"model": "convit_tiny", "model_args": CONVIT_ARGS}),
-        DemoMethod("DeiT twin of the ConViT", {"model": "deit_tiny", "model_args": {
-            k: v for k, v in CONVIT_ARGS.items() if k != "local_up_to_layer"}}),
-        DemoMethod("ConvMixer, frozen impulse filters", {"model": "convmixer", "model_args": {
-            "dim": 64, "depth": 4, "kernel_size": 3, "patch_size": 1, "spatial": "impulse"}}),
-    ]  # fmt: skip
+        DemoMethod(
+            "DeiT twin of the ConViT",
+            {
+                "model": "deit_tiny",
+                "model_args": {k: v for k, v in CONVIT_ARGS.items() if k != "local_up_to_layer"},
+            },
+        ),
+        DemoMethod(
+            "ConvMixer, frozen impulse filters",
+            {
+                "model": "convmixer",
+                "model_args": {
+                    "dim": 64,
+                    "depth": 4,
+                    "kernel_size": 3,
+                    "patch_size": 1,
+                    "spatial": "impulse",
+                },
+            },
+        ),
+    ]
 
 
 def demo_config(method: DemoMethod, epochs: int, seed: int) -> TrainConfig:
@@ -101,12 +125,19 @@ def run_demo(
         if run_state(run_dir) == "finished":
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "experiment.json").write_text(json.dumps({"experiment": "demo", "label": method.label,
-                                                             "seed": seed, "preset": "demo", **provenance()}))  # fmt: skip
+        (run_dir / "experiment.json").write_text(
+            json.dumps(
+                {"experiment": "demo", "label": method.label, "seed": seed, "preset": "demo", **provenance()}
+            )
+        )
         if progress:
             print(f"[{index + 1}/{len(methods)}] {method.label}")
-        train(cfg if run_state(run_dir) == "new" else None, run_dir=run_dir, resume=run_state(run_dir) == "partial",
-              progress=progress)  # fmt: skip
+        train(
+            cfg if run_state(run_dir) == "new" else None,
+            run_dir=run_dir,
+            resume=run_state(run_dir) == "partial",
+            progress=progress,
+        )
     return write_demo_report(out, epochs)
 
 
@@ -131,20 +162,24 @@ def write_demo_report(out: Path, epochs: int) -> Path:
         writer.writerow(columns)
         for row in rows:
             writer.writerow([row[c] for c in columns])
-    table = ["| method | parameters | final test acc (%) | epochs | seconds | images/s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    table = [
+        "| method | parameters | final test acc (%) | epochs | seconds | images/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for row in rows:
-        table.append(f"| {row['method']} | {row['parameters']:,} | {row['final_test_acc_mean']:.1f} | {row['epochs']} "
-                     f"| {row['seconds']:.0f} | {row['images_per_s']:.0f} |")  # fmt: skip
+        table.append(
+            f"| {row['method']} | {row['parameters']:,} | {row['final_test_acc_mean']:.1f} | {row['epochs']} "
+            f"| {row['seconds']:.0f} | {row['images_per_s']:.0f} |"
+        )
     info = provenance()
     text = [
         "# convinit demo: how much does a convolutional inductive bias buy a ViT on a small dataset?",
         "",
         "\n".join(table),
         "",
-        f"Data: scikit-learn's digits (8x8 grey images), fixed stratified split of 1,000 training and 797 test "
-        f"images. Every model: {epochs} epochs, batch 64, AdamW lr 1e-3 ({min(1.0, epochs / 4):g} warm-up epoch, "
-        "cosine), weight decay "
+        "Data: scikit-learn's digits (8x8 grey images), fixed stratified split of 1,000 training and 797 "
+        f"test images. Every model: {epochs} epochs, batch 64, AdamW lr 1e-3 "
+        f"({min(1.0, epochs / 4):g} warm-up epoch, cosine), weight decay "
         "0.05, no augmentation, seed "
         f"{records[0].seed}. ViTs: one-pixel patches (8x8 grid of 64 tokens), width 64, depth 4, 4 heads; "
         "alpha-blend ViTs feed alpha*LN(x) + (1-alpha)*P to Q/K with alpha 0.1 (paper 1, Model I/II family); "

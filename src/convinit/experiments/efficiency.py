@@ -26,8 +26,8 @@ DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 def efficiency_runs(
     methods: dict[str, tuple[str, dict[str, Any]]],
-    fractions: list[float] = list(DEFAULT_FRACTIONS),
-    seeds: list[int] = [0],
+    fractions: tuple[float, ...] | list[float] = DEFAULT_FRACTIONS,
+    seeds: tuple[int, ...] | list[int] = (0,),
     scale_epochs: bool = False,
     overrides: dict[str, Any] | None = None,
 ) -> list[RunSpec]:
@@ -51,8 +51,17 @@ def efficiency_runs(
                 cfg = resolve_config(
                     preset, merge(merge(method_overrides, overrides), {**changes, "seed": seed})
                 )
-                runs.append(RunSpec("efficiency", f"{label} @ {fraction:g}", seed, cfg, preset, None,
-                                    {"group": label, "fraction": fraction, "train_images": n_images}))  # fmt: skip
+                runs.append(
+                    RunSpec(
+                        "efficiency",
+                        f"{label} @ {fraction:g}",
+                        seed,
+                        cfg,
+                        preset,
+                        None,
+                        {"group": label, "fraction": fraction, "train_images": n_images},
+                    )
+                )
     return runs
 
 
@@ -88,8 +97,10 @@ def efficiency_summary(root: Path) -> str:
         raise ConfigError(f"{root} holds no finished efficiency runs")
     methods = list(data)
     sizes = sorted({n for c in data.values() for n, _ in c})
-    lines = ["| method | " + " | ".join(f"{n} imgs" for n in sizes) + f" | mean gain vs {methods[0]} (points) |",
-             "| --- | " + " | ".join("---:" for _ in sizes) + " | ---: |"]  # fmt: skip
+    lines = [
+        "| method | " + " | ".join(f"{n} imgs" for n in sizes) + f" | mean gain vs {methods[0]} (points) |",
+        "| --- | " + " | ".join("---:" for _ in sizes) + " | ---: |",
+    ]
     for method in methods:
         accs = dict(data[method])
         cells = [f"{accs[n]:.1f}" if n in accs else "-" for n in sizes]

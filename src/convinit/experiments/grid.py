@@ -79,8 +79,10 @@ def load_experiment(name: str) -> dict[str, Any]:
 
 def flatten(overrides: dict[str, Any]) -> dict[str, Any]:
     """{'model_args.alpha': 0.1} -> {'model_args': {'alpha': 0.1}} (YAML rows use dotted keys)."""
-    as_strings = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
-                  for k, v in overrides.items()]  # fmt: skip
+    as_strings = [
+        f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
+        for k, v in overrides.items()
+    ]
     return parse_overrides(as_strings)
 
 
@@ -102,7 +104,16 @@ def expand(
         overrides = merge(overrides, extra_overrides or {})
         for seed in seeds:
             cfg = resolve_config(base["preset"], merge(overrides, {"seed": seed}))
-            runs.append(RunSpec(spec["name"], row["label"], seed, cfg, base["preset"], row.get("paper"),
-                                {k: v for k, v in row.items() if k not in ("label", "overrides", "paper")},
-                                index))  # fmt: skip
+            runs.append(
+                RunSpec(
+                    spec["name"],
+                    row["label"],
+                    seed,
+                    cfg,
+                    base["preset"],
+                    row.get("paper"),
+                    {k: v for k, v in row.items() if k not in ("label", "overrides", "paper")},
+                    index,
+                )
+            )
     return runs

@@ -1,7 +1,8 @@
 """SLURM submission through submitit: one job per run directory, each resuming that run.
 
 Each job is a `convinit.train.slurm.TrainJob` on its run directory: on SLURM's pre-emption or time-out
-signal it checkpoints at a step boundary and requeues itself, and the requeued job resumes there. Tests use submitit's local executor (`cluster="local"`).
+signal it checkpoints at a step boundary and requeues itself, and the requeued job resumes there.
+Tests use submitit's local executor (`cluster="local"`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def submit_slurm(
     cpus: int = 8,
     cluster: str | None = None,
 ) -> dict:
-    """Submit one job per run; returns {run dir: submitit job}. `cluster="local"` runs them as local processes."""
+    """Submit one job per run; returns {run dir: submitit job}. `cluster="local"` runs local processes."""
     try:
         import submitit
     except ImportError as exc:

@@ -69,21 +69,24 @@ def summarise(records: list[RunRecord]) -> list[dict[str, Any]]:
     for label, group in groups.items():
         accs = [r.final_accuracy for r in group if r.final_accuracy is not None]
         last = [r.metrics[-1] for r in group]
-        rows.append({
-            "method": label,
-            "seeds": len(accs),
-            "final_test_acc_mean": statistics.fmean(accs) if accs else None,
-            "final_test_acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0 if accs else None,
-            "paper": group[0].experiment.get("paper"),
-            "epochs": last[0]["epoch"],
-            "seconds": sum(row.get("seconds", 0.0) for r in group for row in r.metrics) / len(group),
-            "images_per_s": statistics.fmean([row.get("images_per_s", 0.0) for row in last]),
-            "provenance": "; ".join(
-                f"{r.run_dir.name}: seed {r.seed}, {r.experiment.get('preset', 'config.yaml')}, "
-                f"convinit {r.experiment.get('convinit_version', '?')} @ {r.experiment.get('git_commit', '?')[:12]}"
-                for r in group
-            ),
-        })  # fmt: skip
+        rows.append(
+            {
+                "method": label,
+                "seeds": len(accs),
+                "final_test_acc_mean": statistics.fmean(accs) if accs else None,
+                "final_test_acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0 if accs else None,
+                "paper": group[0].experiment.get("paper"),
+                "epochs": last[0]["epoch"],
+                "seconds": sum(row.get("seconds", 0.0) for r in group for row in r.metrics) / len(group),
+                "images_per_s": statistics.fmean([row.get("images_per_s", 0.0) for row in last]),
+                "provenance": "; ".join(
+                    f"{r.run_dir.name}: seed {r.seed}, {r.experiment.get('preset', 'config.yaml')}, "
+                    f"convinit {r.experiment.get('convinit_version', '?')} "
+                    f"@ {r.experiment.get('git_commit', '?')[:12]}"
+                    for r in group
+                ),
+            }
+        )
     return rows
 
 
@@ -96,12 +99,16 @@ def format_accuracy(row: dict[str, Any]) -> str:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| method | seeds | final test acc (%) | paper (%) | epochs | s / run | images/s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        "| method | seeds | final test acc (%) | paper (%) | epochs | s / run | images/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for row in rows:
         paper = f"{row['paper']:.1f}" if isinstance(row["paper"], (int, float)) else "-"
-        lines.append(f"| {row['method']} | {row['seeds']} | {format_accuracy(row)} | {paper} | {row['epochs']} | "
-                     f"{row['seconds']:.0f} | {row['images_per_s']:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {row['method']} | {row['seeds']} | {format_accuracy(row)} | {paper} | {row['epochs']} | "
+            f"{row['seconds']:.0f} | {row['images_per_s']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -178,8 +185,15 @@ def write_report(root: str | Path, out: str | Path | None = None, title: str | N
         writer.writeheader()
         writer.writerows(rows)
     plot_curves(records, out / "curves.png")
-    parts = [f"# {title or 'Results: ' + root.name}", "", markdown_table(rows), "",
-             "Final-epoch test accuracy, mean +- std over seeds (never the best epoch).", "", "![curves](curves.png)"]  # fmt: skip
+    parts = [
+        f"# {title or 'Results: ' + root.name}",
+        "",
+        markdown_table(rows),
+        "",
+        "Final-epoch test accuracy, mean +- std over seeds (never the best epoch).",
+        "",
+        "![curves](curves.png)",
+    ]
     if plot_sweep(records, "alpha", out / "alpha_sweep.png", "alpha"):
         parts += ["", "![alpha sweep](alpha_sweep.png)"]
     if plot_sweep(records, "train_images", out / "efficiency.png", "training images", log_x=True):

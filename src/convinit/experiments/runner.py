@@ -33,8 +33,16 @@ def run_state(run_dir: Path) -> str:
 
 def write_experiment_record(spec: RunSpec, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    record = {"experiment": spec.experiment, "label": spec.label, "seed": spec.seed, "preset": spec.preset,
-              "paper": spec.paper, "row": spec.row, **spec.extra, **provenance()}  # fmt: skip
+    record = {
+        "experiment": spec.experiment,
+        "label": spec.label,
+        "seed": spec.seed,
+        "preset": spec.preset,
+        "paper": spec.paper,
+        "row": spec.row,
+        **spec.extra,
+        **provenance(),
+    }
     (run_dir / "experiment.json").write_text(json.dumps(record, indent=1))
 
 
@@ -92,7 +100,7 @@ def run_grid(
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             outcome.update(dict(pool.map(launch, todo)))
         return outcome
-    for spec, run_dir in todo:
+    for _spec, run_dir in todo:
         train(None, run_dir=run_dir, resume=True, progress=progress)
         outcome[str(run_dir)] = "trained"
     return outcome
