@@ -68,3 +68,9 @@ def test_resume_with_a_changed_override_names_only_that_key(tmp_path, tiny_overr
     assert main(["train", *tiny_overrides, "epochs=1", "--out", str(run), "--no-progress"]) == 0
     assert main(["train", "--resume", str(run), "lr=0.5", "--no-progress"]) == 2
     assert "its saved config differs in lr;" in capsys.readouterr().err
+
+
+def test_overrides_may_follow_options(tmp_path, tiny_overrides):
+    argv = ["train", "--out", str(tmp_path / "run"), tiny_overrides[0], "--no-progress", *tiny_overrides[1:]]
+    assert main(argv + ["epochs=1"]) == 0
+    assert "epochs: 1" in (tmp_path / "run" / "config.yaml").read_text()

@@ -282,7 +282,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may stand anywhere among the options (argparse only takes one positional run)
+    stray = [item for item in extra if "=" not in item or item.startswith("-")]
+    if stray or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
     try:
         return args.func(args)
     except TrainingDiverged as exc:  # not bad input: the run itself failed
