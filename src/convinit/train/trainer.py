@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm.auto import tqdm
 
@@ -35,6 +36,7 @@ from convinit.errors import ConfigError, TrainingDiverged
 from convinit.init import initialize
 from convinit.models import create_model
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights, save_checkpoint
+from convinit.train.distributed import barrier, setup_distributed, sum_across_ranks
 from convinit.train.metrics import MetricsLog
 from convinit.train.optim import build_optimizer, build_scheduler
 
@@ -310,12 +312,20 @@ def train(
     if cfg is None:
         raise ConfigError("train() needs a config or resume=True with a run directory")
     validate(cfg)
+    device = resolve_device(cfg.device)
+    ddp = setup_distributed(device.type == "cuda")
+    if ddp.enabled:
+        if run_dir is None:
+            raise ConfigError("under torchrun every rank must write to one run directory: pass --out RUN_DIR")
+        if cfg.batch_size % ddp.world_size:
+            raise ConfigError(f"batch_size {cfg.batch_size} must divide among the {ddp.world_size} processes")
+        if device.type == "cuda":
+            device = torch.device("cuda", ddp.local_rank)
     run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
-    if not resume:
+    if not resume and ddp.is_main:
         prepare_run_dir(run_dir, overwrite)
         save_config(cfg, run_dir / "config.yaml")
-
-    device = resolve_device(cfg.device)
+    barrier(ddp)
     dtype = autocast_dtype(cfg, device)
     seed_everything(cfg.seed, cfg.deterministic)
     dataset, keep = prepare_data(cfg)
@@ -324,17 +334,20 @@ def train(
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if checkpoint is None:  # a new run, or one killed before its first intact checkpoint: start over
         report = initialize_model(cfg, model)
-        (run_dir / "init_report.json").write_text(json.dumps(report, indent=1, default=str))
+        if ddp.is_main:
+            (run_dir / "init_report.json").write_text(json.dumps(report, indent=1, default=str))
     model.to(device)
 
     train_loader = DeviceLoader(
         dataset.train_images[keep],
         dataset.train_labels[keep],
-        cfg.batch_size,
+        cfg.batch_size // ddp.world_size,  # the global batch is split across ranks
         device,
         shuffle=True,
-        drop_last=len(keep) > cfg.batch_size,
+        drop_last=len(keep) > cfg.batch_size or ddp.enabled,
         seed=cfg.seed,
+        rank=ddp.rank,
+        world_size=ddp.world_size,
     )
     test_loader = DeviceLoader(dataset.test_images, dataset.test_labels, cfg.eval_batch_size, device)
     out_size = (img_size, img_size) if isinstance(img_size, int) else img_size
@@ -364,6 +377,7 @@ def train(
     track_images = eval_transform(dataset.test_images[:TRACK_BATCH].to(device))
     check_forward(cfg, model, track_images[:2], dataset.num_classes)
     log = MetricsLog(run_dir)
+    net = DistributedDataParallel(model) if ddp.enabled else model  # DDP syncs weights from rank 0
 
     start_epoch, start_step, running = 0, 0, {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
     skipped = 0  # non-finite steps skipped so far (on_nonfinite=skip), carried across resumes
@@ -377,8 +391,9 @@ def train(
         restore_rng_state(state["rng"])
         start_epoch, start_step, running = state["epoch"], state["step"], state["running"]
         skipped = state.get("skipped", 0)  # absent in checkpoints written before it was saved
-        log.truncate_after(start_epoch)
-    else:
+        if ddp.is_main:
+            log.truncate_after(start_epoch)
+    elif ddp.is_main:
         log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
         if cfg.eval_every:
             test_loss, test_acc = evaluate(model, test_loader, eval_transform, dtype)
@@ -405,27 +420,29 @@ def train(
     bar = tqdm(
         total=cfg.epochs * steps_per_epoch,
         initial=start_epoch * steps_per_epoch + start_step,
-        disable=not progress,
+        disable=not progress or not ddp.is_main,
         unit="step",
         dynamic_ncols=True,
         mininterval=0.5,
     )
+    path = checkpoint  # the newest checkpoint so far (rank 0 writes new ones)
     with stop_at_step_boundary() as stop:
         for epoch in range(start_epoch, cfg.epochs):
             train_loader.set_epoch(epoch)
-            model.train()
+            net.train()
             tic = time.perf_counter()
             for step, (images, labels) in enumerate(train_loader):
                 if epoch == start_epoch and step < start_step:
                     continue  # trained before the interruption
                 inputs, targets = mix(augment(images), labels)
                 with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                    logits = model(inputs)
+                    logits = net(inputs)
                     loss = criterion(logits.float(), targets)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad or math.inf)
-                if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+                # under DDP the loss is per rank but the all-reduced gradient norm is the same everywhere
+                if not ((ddp.enabled or torch.isfinite(loss)) and torch.isfinite(grad_norm)):
                     skipped += 1
                     if cfg.on_nonfinite == "stop" or skipped > cfg.max_nonfinite_skips:
                         bar.close()
@@ -452,7 +469,8 @@ def train(
                         img_s=f"{running['seen'] / max(seconds, 1e-9):.0f}",
                         refresh=False,
                     )
-                if stop["signum"] is not None and step + 1 < steps_per_epoch:
+                # under DDP ranks see signals at different steps, so they stop together at the epoch end
+                if stop["signum"] is not None and step + 1 < steps_per_epoch and not ddp.enabled:
                     bar.close()
                     running["seconds"] += time.perf_counter() - tic
                     path = save_checkpoint(
@@ -463,6 +481,8 @@ def train(
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = running["seconds"] + time.perf_counter() - tic
+            totals = sum_across_ranks([running["loss"], running["correct"], running["seen"]], ddp, device)
+            running.update(loss=totals[0], correct=totals[1], seen=totals[2])
             row = {
                 "epoch": epoch + 1,
                 "train_loss": running["loss"] / max(running["seen"], 1),
@@ -478,16 +498,19 @@ def train(
                         ema.module, test_loader, eval_transform, dtype
                     )
                 row.update(run_trackers(model, cfg.track, track_images))
-            log.append(row)
             running = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
-            path = save_checkpoint(run_dir, model, train_state(epoch + 1, 0), epoch + 1, ema=ema)
+            if ddp.is_main:
+                log.append(row)
+                path = save_checkpoint(run_dir, model, train_state(epoch + 1, 0), epoch + 1, ema=ema)
+            barrier(ddp)
             if stop["signum"] is not None and epoch + 1 < cfg.epochs:
                 bar.close()
                 print(f"stopped: checkpoint {path}; continue with `convinit train --resume {run_dir}`")
                 raise RunInterrupted(stop["signum"], path)
     bar.close()
     rows = log.rows()
-    (run_dir / "finished.json").write_text(json.dumps(rows[-1], indent=1))
+    if ddp.is_main:
+        (run_dir / "finished.json").write_text(json.dumps(rows[-1], indent=1))
     return TrainingRun(run_dir=run_dir, model=model, metrics=rows)
 
 
