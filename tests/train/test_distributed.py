@@ -1,4 +1,4 @@
-"""torchrun with 2 CPU processes (gloo) trains to the same weights as one process with the same global batch."""
+"""torchrun with 2 CPU processes (gloo) trains to the weights of one process with the same global batch."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     args = ["train", *tiny_overrides, "--no-progress"]
     single = run([sys.executable, "-m", "convinit", *args, "--out", str(tmp_path / "single")])
     assert single.returncode == 0, single.stderr[-2000:]
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29571"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    launcher += ["--master_port", "29571"]
     ddp = run([*launcher, "-m", "convinit", *args, "--out", str(tmp_path / "ddp")])
     assert ddp.returncode == 0, ddp.stderr[-2000:]
 
