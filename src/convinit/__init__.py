@@ -1,12 +1,14 @@
 """convinit: Vision Transformers with a convolutional inductive bias, for small datasets.
 
-Public API: `create_model`, `list_models`, `initialize`, `list_datasets`, `load_dataset`.
+Public API: `create_model`, `list_models`, `initialize`, `from_pretrained`, `save_pretrained`,
+`list_datasets`, `load_dataset`, `record_attention`.
 """
 
 from convinit.data import list_datasets, load_dataset
 from convinit.errors import ConfigError, ConvinitError, DataError
 from convinit.init import initialize
 from convinit.models import create_model, list_models, record_attention
+from convinit.models.pretrained import from_pretrained, save_pretrained
 
 __version__ = "0.1.0"
 
@@ -16,9 +18,11 @@ __all__ = [
     "DataError",
     "__version__",
     "create_model",
+    "from_pretrained",
     "initialize",
     "list_datasets",
     "list_models",
     "load_dataset",
     "record_attention",
+    "save_pretrained",
 ]

@@ -168,6 +168,22 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from convinit.train.export import export_run
+
+    export_run(args.run_dir, args.out)
+    print(f"saved {args.out} (config.json, model.safetensors)")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from convinit.predict import predict
+
+    for image, ranked in zip(args.images, predict(args.model_dir, args.images, args.top), strict=True):
+        print(f"{image}: " + ", ".join(f"{label} {p:.3f}" for label, p in ranked))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="convinit",
@@ -274,6 +290,17 @@ def build_parser() -> argparse.ArgumentParser:
         "overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every run"
     )
     efficiency.set_defaults(func=cmd_efficiency)
+
+    export = sub.add_parser("export", help="save a run's newest checkpoint as a shareable model folder")
+    export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    export.add_argument("out", type=Path, metavar="DIR")
+    export.set_defaults(func=cmd_export)
+
+    predict = sub.add_parser("predict", help="classify image files with a saved model (or a run directory)")
+    predict.add_argument("model_dir", type=Path, metavar="DIR")
+    predict.add_argument("images", nargs="+", metavar="IMAGE")
+    predict.add_argument("--top", type=int, default=3)
+    predict.set_defaults(func=cmd_predict)
 
     analyze = sub.add_parser("analyze", help="non-locality, gate and attention plots of a run")
     analyze.add_argument("run_dir", type=Path, metavar="RUN_DIR")

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from convinit.errors import ConfigError
 from convinit.models.layers import pair, patch_grid
+from convinit.models.pretrained import PretrainedMixin
 from convinit.models.registry import register_model
 
 LN_EPS = 1e-6
@@ -301,7 +302,7 @@ class Block(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
-class ConViT(nn.Module):
+class ConViT(PretrainedMixin, nn.Module):
     """ConViT (SPEC section 5): `local_up_to_layer` GPSA blocks on patches, then MHSA blocks + class token.
 
     A learnable absolute position embedding is added to the patches; the class token (no position

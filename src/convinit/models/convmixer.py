@@ -28,6 +28,7 @@ import torch.nn as nn
 from convinit.errors import ConfigError
 from convinit.init.filters import assign_heads, check_kernel_size, filter_bank, fixed_filter_scale
 from convinit.models.layers import patch_grid
+from convinit.models.pretrained import PretrainedMixin
 from convinit.models.registry import register_model
 
 SPATIAL_MODES = "learned, random, impulse, ones, box-N, gaussian-V, perm, fullperm"
@@ -116,7 +117,7 @@ class Residual(nn.Module):
         return x + self.fn(x)
 
 
-class ConvMixer(nn.Module):
+class ConvMixer(PretrainedMixin, nn.Module):
     """ConvMixer (Trockman & Kolter) with the fixed spatial filter modes of paper 1 (SPEC section 1)."""
 
     def __init__(

@@ -15,10 +15,11 @@ import torch.nn as nn
 from convinit.errors import ConfigError
 from convinit.models.convit import LN_EPS, MHSA, Block, PatchEmbed, drop_path_rates, init_linear
 from convinit.models.layers import pair
+from convinit.models.pretrained import PretrainedMixin
 from convinit.models.registry import register_model
 
 
-class DeiT(nn.Module):
+class DeiT(PretrainedMixin, nn.Module):
     """ViT with a class token, learnable position embedding, pre-norm blocks, LN eps 1e-6 (DeiT/timm)."""
 
     def __init__(

@@ -23,6 +23,7 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.models.layers import Attention, FeedForward, pair, patch_grid, patchify, posemb_sincos_2d
+from convinit.models.pretrained import PretrainedMixin
 from convinit.models.registry import register_model
 
 QK_INPUTS = ("x", "blend", "free")
@@ -114,7 +115,7 @@ def check_vit_options(qk_input: str, alpha: float | None, pos_embed: str | None)
     return alpha, pos_embed
 
 
-class SimpleViT(nn.Module):
+class SimpleViT(PretrainedMixin, nn.Module):
     """The SimpleViT of Beyer et al. as used by paper 1, with Models I/II/III (SPEC section 2)."""
 
     def __init__(
