@@ -12,6 +12,10 @@ from convinit.models.pretrained import from_pretrained, save_pretrained
 
 __version__ = "0.1.0"
 
+from convinit.models import timm_registry  # noqa: E402
+
+timm_registry.install()  # convinit_<name> models in timm's registry once timm is imported
+
 __all__ = [
     "ConfigError",
     "ConvinitError",
