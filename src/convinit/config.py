@@ -75,6 +75,8 @@ class TrainConfig:
     cutmix: float = 0.0
     # analysis trackers evaluated at each epoch end (see convinit.analysis)
     track: list[str] = field(default_factory=list)
+    # experiment trackers beside metrics.jsonl/csv: tensorboard, wandb (see convinit.train.loggers)
+    logger: list[str] = field(default_factory=lambda: ["csv"])
     # run
     seed: int = 0
     deterministic: bool = False

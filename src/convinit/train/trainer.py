@@ -37,6 +37,7 @@ from convinit.init import initialize
 from convinit.models import create_model
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights, save_checkpoint
 from convinit.train.distributed import barrier, setup_distributed, sum_across_ranks
+from convinit.train.loggers import Trackers, check_loggers
 from convinit.train.metrics import MetricsLog
 from convinit.train.optim import build_optimizer, build_scheduler
 
@@ -227,6 +228,7 @@ def validate(cfg: TrainConfig) -> None:
             raise
         except Exception:  # an init that needs real values (e.g. fixed filters): build it for real
             build_model(cfg, **shape)
+    check_loggers(cfg.logger)
     if cfg.track:
         from convinit.analysis import get_tracker
 
@@ -335,6 +337,7 @@ def train(
     if checkpoint is None:  # a new run, or one killed before its first intact checkpoint: start over
         report = initialize_model(cfg, model)
         if ddp.is_main:
+            init_report = report
             (run_dir / "init_report.json").write_text(json.dumps(report, indent=1, default=str))
     model.to(device)
 
@@ -378,6 +381,9 @@ def train(
     check_forward(cfg, model, track_images[:2], dataset.num_classes)
     log = MetricsLog(run_dir)
     net = DistributedDataParallel(model) if ddp.enabled else model  # DDP syncs weights from rank 0
+    trackers = Trackers(cfg.logger if ddp.is_main else [], run_dir, cfg.to_dict())
+    if checkpoint is None and ddp.is_main:
+        trackers.log_init(init_report)
 
     start_epoch, start_step, running = 0, 0, {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
     skipped = 0  # non-finite steps skipped so far (on_nonfinite=skip), carried across resumes
@@ -456,10 +462,17 @@ def train(
                 if ema is not None:
                     ema.update_parameters(model)
                 hard = targets.argmax(dim=1) if targets.ndim == 2 else targets
-                running["loss"] += loss.item() * len(labels)
+                loss_value = loss.item()
+                running["loss"] += loss_value * len(labels)
                 running["correct"] += (logits.argmax(dim=1) == hard).sum().item()
                 running["seen"] += len(labels)
                 bar.update(1)
+                if trackers.loggers:
+                    elapsed = running["seconds"] + time.perf_counter() - tic
+                    throughput = running["seen"] / max(elapsed, 1e-9)
+                    lr_now = optimizer.param_groups[0]["lr"]
+                    values = {"loss": loss_value, "lr": lr_now, "images_per_s": throughput}
+                    trackers.log_step(epoch * steps_per_epoch + step + 1, values)
                 if bar.n % 10 == 0 or step == steps_per_epoch - 1:
                     seconds = running["seconds"] + time.perf_counter() - tic
                     bar.set_postfix(
@@ -501,6 +514,7 @@ def train(
             running = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
             if ddp.is_main:
                 log.append(row)
+                trackers.log_epoch(epoch + 1, row)
                 path = save_checkpoint(run_dir, model, train_state(epoch + 1, 0), epoch + 1, ema=ema)
             barrier(ddp)
             if stop["signum"] is not None and epoch + 1 < cfg.epochs:
@@ -508,6 +522,7 @@ def train(
                 print(f"stopped: checkpoint {path}; continue with `convinit train --resume {run_dir}`")
                 raise RunInterrupted(stop["signum"], path)
     bar.close()
+    trackers.close()
     rows = log.rows()
     if ddp.is_main:
         (run_dir / "finished.json").write_text(json.dumps(rows[-1], indent=1))
