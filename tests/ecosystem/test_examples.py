@@ -1,0 +1,32 @@
+"""The examples run top to bottom, so they never rot."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_teaching_notebook_runs_top_to_bottom(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(EXAMPLES / "impulse_attention.ipynb", as_version=4)
+    client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})  # fmt: skip
+    client.execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # the figures were drawn
+    assert (tmp_path / "notebook-runs" / "impulse" / "finished.json").exists()
+
+
+def test_custom_model_example_initialises_a_timm_vit():
+    pytest.importorskip("timm")
+    command = [sys.executable, str(EXAMPLES / "custom_model.py")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "argmax agreement with the target convolution: 1.000" in result.stdout
