@@ -142,3 +142,9 @@ def test_slurm_launcher_runs_each_grid_run_as_a_requeueable_submitit_job(experim
     assert job.result()["epoch"] == 1
     assert (run_dir / "finished.json").exists()
     assert run_grid([spec], tmp_path / "out") == {str(run_dir): "skipped"}
+
+
+def test_efficiency_keeps_the_methods_in_the_order_given():
+    methods = {"zeta": ("default", TINY), "alpha": ("default", TINY | {"lr": 3e-3})}
+    runs = efficiency_runs(methods, [0.5, 1.0], [0])
+    assert [(r.extra["group"], r.row) for r in runs] == [("zeta", 0), ("zeta", 0), ("alpha", 1), ("alpha", 1)]

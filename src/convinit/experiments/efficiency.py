@@ -37,7 +37,7 @@ def efficiency_runs(
     """
     runs = []
     overrides = flatten(overrides or {})
-    for label, (preset, method_overrides) in methods.items():
+    for method_index, (label, (preset, method_overrides)) in enumerate(methods.items()):
         method_overrides = flatten(method_overrides)
         base = resolve_config(preset, merge(method_overrides, overrides))
         labels = load_dataset(base.dataset, base.data_dir, base.download).train_labels
@@ -60,6 +60,7 @@ def efficiency_runs(
                         preset,
                         None,
                         {"group": label, "fraction": fraction, "train_images": n_images},
+                        method_index,  # orders the report; the first method is the reference curve
                     )
                 )
     return runs
