@@ -64,6 +64,9 @@ class TrainConfig:
     on_nonfinite: str = "stop"  # a NaN/inf loss or gradient: stop with a message, or skip the step
     max_nonfinite_skips: int = 10  # with on_nonfinite=skip: stop after this many skipped steps
     ema_decay: float | None = None
+    # hard distillation (DeiT): a trained run or saved model whose argmax is a second target
+    teacher: str | None = None
+    distill_weight: float = 0.5  # loss = (1 - w) * CE(targets) + w * CE(teacher argmax)
     # augmentation (applied on the device, see convinit.data.augment)
     crop_padding: int = 0
     hflip: bool = False
@@ -254,6 +257,8 @@ def check_values(cfg: TrainConfig) -> None:
     for key in nonnegative:
         if getattr(cfg, key) < 0:
             raise ConfigError(f"config key {key!r} must not be negative, got {getattr(cfg, key)}")
+    if not 0 <= cfg.distill_weight <= 1:
+        raise ConfigError(f"config key 'distill_weight' must be in [0, 1], got {cfg.distill_weight}")
     if cfg.eval_every < 0:
         raise ConfigError(f"config key 'eval_every' must be 0 or more, got {cfg.eval_every}")
     unit = ["label_smoothing", "random_erasing", "ema_decay"]

@@ -175,3 +175,31 @@ def test_nonfinite_steps_are_skipped_up_to_the_limit(tmp_path, tiny_overrides, m
     cfg = resolve_config(None, tiny_overrides + ["on_nonfinite=skip", "max_nonfinite_skips=2"])
     with pytest.raises(TrainingDiverged, match="over max_nonfinite_skips"):
         train(cfg, run_dir=tmp_path / "run2", progress=False)
+
+
+def test_hard_distillation_pulls_the_student_towards_the_teacher(tmp_path, tiny_overrides, digits):
+    teacher = train(resolve_config(None, tiny_overrides + ["epochs=3", "lr=3e-3"]), run_dir=tmp_path / "t",
+                    progress=False)  # fmt: skip
+    only_teacher = tiny_overrides + ["seed=1", f"teacher={tmp_path / 't'}", "distill_weight=1.0"]
+    student = train(resolve_config(None, only_teacher), run_dir=tmp_path / "s", progress=False)
+    plain = train(resolve_config(None, tiny_overrides + ["seed=1"]), run_dir=tmp_path / "p", progress=False)
+
+    from convinit.data import BatchAugment
+
+    x = BatchAugment(digits.mean, digits.std)(digits.test_images)
+    with torch.no_grad():
+        target = teacher.model.eval()(x).argmax(1)
+        agree_student = (student.model.eval()(x).argmax(1) == target).float().mean()
+        agree_plain = (plain.model.eval()(x).argmax(1) == target).float().mean()
+    # trained on the teacher's labels alone, the student agrees with it more than the same model trained on
+    # the true labels does
+    assert agree_student > agree_plain
+
+
+def test_teacher_that_is_not_a_run_or_model_is_rejected(tmp_path, tiny_overrides):
+    with pytest.raises(ConfigError, match="neither a run directory nor a saved model"):
+        train(
+            resolve_config(None, tiny_overrides + [f"teacher={tmp_path}"]),
+            run_dir=tmp_path / "r",
+            progress=False,
+        )

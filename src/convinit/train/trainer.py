@@ -215,9 +215,36 @@ def check_forward(cfg: TrainConfig, model: nn.Module, images: torch.Tensor, num_
         )
 
 
+def load_teacher(cfg: TrainConfig, num_classes: int, device: torch.device) -> nn.Module | None:
+    """The frozen teacher for hard distillation: a training run (newest checkpoint) or a saved model."""
+    if cfg.teacher is None:
+        return None
+    path = Path(cfg.teacher)
+    if (path / "config.yaml").is_file():
+        from convinit.train.export import export_run
+
+        teacher = export_run(path)
+    else:
+        from convinit.models.pretrained import from_pretrained
+
+        teacher = from_pretrained(path)
+    classes = teacher.model_kwargs["num_classes"]
+    if classes != num_classes:
+        raise ConfigError(f"teacher {path} predicts {classes} classes but {cfg.dataset} has {num_classes}")
+    for param in teacher.parameters():
+        param.requires_grad_(False)
+    return teacher.eval().to(device)
+
+
 def validate(cfg: TrainConfig) -> None:
     """Every check that can run before any data is read or any step taken (one-line errors)."""
     resolve_device(cfg.device)
+    if cfg.teacher is not None:
+        path = Path(cfg.teacher)
+        if not ((path / "config.yaml").is_file() or (path / "config.json").is_file()):
+            raise ConfigError(
+                f"teacher {path} is neither a run directory nor a saved model (convinit export)"
+            )
     check_available(cfg.dataset, cfg.data_dir, cfg.download)
     shape = dataset_shape(cfg)
     if shape is not None:
@@ -369,6 +396,7 @@ def train(
     eval_transform = BatchAugment(dataset.mean, dataset.std, out_size).to(device)
     mix = MixupCutmix(dataset.num_classes, cfg.mixup, cfg.cutmix)
     criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    teacher = load_teacher(cfg, dataset.num_classes, device)
     optimizer = build_optimizer(model, cfg)
     steps_per_epoch = len(train_loader)
     scheduler = build_scheduler(optimizer, cfg, steps_per_epoch)
@@ -444,6 +472,13 @@ def train(
                 with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
                     logits = net(inputs)
                     loss = criterion(logits.float(), targets)
+                    if (
+                        teacher is not None
+                    ):  # DeiT's hard distillation: the teacher's argmax as a second target
+                        with torch.no_grad():
+                            teacher_labels = teacher(inputs).argmax(dim=1)
+                        distill = F.cross_entropy(logits.float(), teacher_labels)
+                        loss = (1 - cfg.distill_weight) * loss + cfg.distill_weight * distill
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad or math.inf)
