@@ -38,3 +38,14 @@ def test_missing_tracker_package_is_a_one_line_pip_hint(tiny_overrides, monkeypa
 def test_unknown_logger_is_rejected(tiny_overrides):
     with pytest.raises(ConfigError, match="unknown logger 'mlflow'"):
         train(resolve_config(None, tiny_overrides + ["logger=[mlflow]"]), progress=False)
+
+
+def test_wandb_logger_works_offline(tmp_path, tiny_overrides, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = train(resolve_config(None, tiny_overrides + ["logger=[csv,wandb]"]), run_dir=tmp_path / "run",
+                progress=False)  # fmt: skip
+    offline_runs = list((run.run_dir / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 1
+    assert any(p.suffix == ".wandb" and p.stat().st_size > 0 for p in offline_runs[0].iterdir())
