@@ -315,3 +315,18 @@ def test_shipped_convit_presets_resolve_and_build():
     with torch.device("meta"):  # the DeiT row of the CPU profile takes the same model_args
         deit = create_model("deit_tiny", num_classes=10, img_size=8, in_chans=1, **small.model_args)
     assert deit.grid == (4, 4)
+
+
+def test_convinit_convit_state_dict_loads_into_timm_with_same_logits():
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(1)
+    model = create_model("convit_tiny", num_classes=10, img_size=224).eval()
+    with torch.no_grad():  # trained-looking gates and positional biases
+        for block in gpsa_layers(model):
+            block.gating_param.copy_(torch.randn_like(block.gating_param))
+            block.pos_proj.bias.copy_(torch.randn_like(block.pos_proj.bias))
+    reference = timm.create_model("convit_tiny", pretrained=False, num_classes=10).eval()
+    reference.load_state_dict(model.state_dict())
+    images = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        assert (reference(images) - model(images)).abs().max() < 1e-4
