@@ -184,6 +184,33 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from convinit.bench import BenchOptions, run_bench
+    from convinit.bench.table import format_result
+
+    options = BenchOptions(
+        models=args.models.split(",") if args.models else BenchOptions().models,
+        batch_size=args.batch_size,
+        device=args.device,
+        precision=args.precision,
+        compile=args.compile,
+        channels_last=args.channels_last,
+        timm=not args.no_timm,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        pipeline=not args.no_pipeline,
+        costs=not args.no_costs,
+        epoch=args.epoch,
+        epoch_images=args.epoch_images,
+    )
+    result = run_bench(options, progress=lambda message: print(f"bench: {message}", file=sys.stderr))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1) if args.json else format_result(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="convinit",
@@ -305,6 +332,27 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="non-locality, gate and attention plots of a run")
     analyze.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     analyze.set_defaults(func=cmd_analyze)
+
+    bench = sub.add_parser(
+        "bench", help="training/inference speed beside timm, FLOP/s vs matmul rate, data pipeline, init costs"
+    )
+    bench.add_argument("--models", help="comma-separated (default: vit_tiny_patch2_32,convit_tiny_patch2_32,"
+                       "simplevit,convmixer)")  # fmt: skip
+    bench.add_argument("--batch-size", type=int, help="default: 32 on a CPU, 512 on a GPU")
+    bench.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    bench.add_argument("--precision", default="fp32", help="fp32, bf16 or fp16 (autocast)")
+    bench.add_argument("--compile", default="off", help="torch.compile the convinit models: off, on, both")
+    bench.add_argument("--channels-last", action="store_true", help="ConvMixer in channels_last")
+    bench.add_argument("--no-timm", action="store_true", help="skip the timm twins")
+    bench.add_argument("--warmup", type=int, default=1, help="untimed calls per case (default 1)")
+    bench.add_argument("--repeats", type=int, default=5, help="timed rounds; the median is reported")
+    bench.add_argument("--no-pipeline", action="store_true", help="skip the data pipeline")
+    bench.add_argument("--no-costs", action="store_true", help="skip impulse init and GPSA timings")
+    bench.add_argument("--epoch", action="store_true", help="also one CIFAR-10-shaped epoch per model")
+    bench.add_argument("--epoch-images", type=int, default=50_000, help="images in that epoch")
+    bench.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    bench.add_argument("--out", type=Path, help="also write the JSON result to this file")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 
