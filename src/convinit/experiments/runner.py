@@ -20,6 +20,7 @@ from convinit.config import save_config
 from convinit.experiments.grid import RunSpec
 from convinit.provenance import provenance
 from convinit.train import train
+from convinit.train.checkpoint import latest_checkpoint
 
 LAUNCHERS = ("local", "slurm")
 
@@ -29,6 +30,12 @@ def run_state(run_dir: Path) -> str:
     if (run_dir / "finished.json").exists():
         return "finished"
     return "partial" if (run_dir / "config.yaml").exists() else "new"
+
+
+def start_outcome(run_dir: Path) -> str:
+    """What running `run_dir` will do: 'trained' from scratch, or 'resumed from <checkpoint>'."""
+    checkpoint = latest_checkpoint(run_dir)
+    return "trained" if checkpoint is None else f"resumed from {checkpoint.name}"
 
 
 def write_experiment_record(spec: RunSpec, run_dir: Path) -> None:
@@ -70,7 +77,10 @@ def run_grid(
     progress: bool = True,
     slurm_options: dict[str, Any] | None = None,
 ) -> dict[str, str]:
-    """Run every spec into out/<row>/seed<k>; returns {run dir: trained|resumed|skipped|submitted}."""
+    """Run every spec into out/<row>/seed<k>; returns {run dir: what was done}.
+
+    What was done: trained, resumed from <checkpoint>, skipped (finished before) or submitted <job id>.
+    """
     runs = list(runs)
     outcome: dict[str, str] = {}
     todo = []
@@ -92,15 +102,16 @@ def run_grid(
     if jobs > 1:
 
         def launch(item: tuple[RunSpec, Path]) -> tuple[str, str]:
+            started = start_outcome(item[1])
             result = subprocess.run(subprocess_command(item[1]), capture_output=True, text=True)
-            return str(
-                item[1]
-            ), "trained" if result.returncode == 0 else f"failed: {result.stderr.strip()[-300:]}"
+            failed = f"failed: {result.stderr.strip()[-300:]}"
+            return str(item[1]), started if result.returncode == 0 else failed
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             outcome.update(dict(pool.map(launch, todo)))
         return outcome
     for _spec, run_dir in todo:
+        started = start_outcome(run_dir)
         train(None, run_dir=run_dir, resume=True, progress=progress)
-        outcome[str(run_dir)] = "trained"
+        outcome[str(run_dir)] = started
     return outcome
