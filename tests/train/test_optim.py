@@ -43,3 +43,25 @@ def test_schedule_warms_up_linearly_then_follows_cosine_to_min_lr():
     for t in (0, 20, 39):
         assert lrs[10 + t] == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi * t / 40)) / 2)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd"])
+def test_optimizers_use_the_fused_kernel_and_step_like_the_reference_loop(name):
+    torch.manual_seed(0)
+    shape = dict(num_classes=3, img_size=8, in_chans=1, patch_size=2, dim=32, depth=1)
+    model, reference = create_model("simplevit", **shape), create_model("simplevit", **shape)
+    reference.load_state_dict(model.state_dict())
+    cfg = TrainConfig(optimizer=name, lr=1e-2, weight_decay=0.05)
+    fused = build_optimizer(model, cfg)
+    assert fused.defaults["fused"] is True
+    loop = build_optimizer(reference, cfg)
+    for group in loop.param_groups:  # the same groups and hyper-parameters, stepped by the per-tensor loop
+        group["fused"], group["foreach"] = False, False
+    images = torch.randn(4, 1, 8, 8)
+    for _ in range(3):
+        for net, optimizer in ((model, fused), (reference, loop)):
+            optimizer.zero_grad()
+            net(images).square().mean().backward()
+            optimizer.step()
+    for (name_, a), b in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name_)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from convinit.errors import ConfigError
 from convinit.models import create_model, list_models
+from convinit.train.optim import fused_or_default
 
 NUM_CLASSES = 10
 INPUT = (3, 32, 32)  # CIFAR-sized: every benchmarked preset is a 32 px model
@@ -140,7 +141,7 @@ def random_batch(setup: StepSetup, seed: int = 0) -> tuple[torch.Tensor, torch.T
 
 
 class TrainStep:
-    """One optimiser step (forward, backward, AdamW); fp16 adds a grad scaler.
+    """One optimiser step (forward, backward, fused AdamW); fp16 adds a grad scaler.
 
     Called without arguments it trains on a fixed random batch (throughput); with a batch it trains on
     that (one epoch of real-shaped data). Images may be soft targets after mixup/cutmix.
@@ -151,7 +152,8 @@ class TrainStep:
         self.runner, self.model = prepared(model, setup)
         self.model.train()
         self.images, self.labels = random_batch(setup)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        # the trainer's fused AdamW for every row: the comparison is of the models, not of optimisers
+        self.optimizer = fused_or_default(torch.optim.AdamW, list(self.model.parameters()), lr=1e-4)
         self.scaler = torch.amp.GradScaler(setup.device.type, enabled=setup.dtype == torch.float16)
 
     def __call__(self, images: torch.Tensor | None = None, targets: torch.Tensor | None = None) -> None:
