@@ -25,7 +25,7 @@ from convinit.errors import ConfigError
 CHOICES = {
     "optimizer": ("adam", "adamw", "sgd"),
     "schedule": ("cosine", "constant"),
-    "precision": ("auto", "fp32", "bf16"),
+    "precision": ("auto", "fp32", "bf16", "fp16"),
     "subset_order": ("random", "first"),
     "on_nonfinite": ("stop", "skip"),
 }
@@ -84,7 +84,9 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False
     device: str = "auto"
-    precision: str = "auto"
+    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere; fp16 adds a GradScaler
+    compile: bool = False  # torch.compile the training forward/backward (checkpoints keep plain keys)
+    channels_last: bool = False  # model and batches in channels_last memory format (faster ConvMixer convs)
     eval_batch_size: int = 1000
     eval_every: int = (
         1  # evaluate on the test set every N epochs (and after the last); 0: after the last only

@@ -102,10 +102,37 @@ def resolve_device(name: str) -> torch.device:
 
 
 def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
-    """bf16 autocast on CUDA unless fp32 is asked for; full precision on the CPU unless bf16 is asked for."""
+    """The autocast dtype, None for full precision: `auto` is bf16 on CUDA and fp32 elsewhere; bf16 and
+    fp16 are used on any device (fp16 needs a GradScaler, see `train`)."""
+    if cfg.precision == "fp16":
+        return torch.float16
     if cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda"):
         return torch.bfloat16
     return None
+
+
+def memory_format(cfg: TrainConfig) -> torch.memory_format:
+    """channels_last stores a (B, C, H, W) batch as (B, H, W, C), the layout fast convolution kernels
+    want (ConvMixer); the weights of a ViT are mostly 2-D and unaffected."""
+    return torch.channels_last if cfg.channels_last else torch.contiguous_format
+
+
+@contextmanager
+def explain_compile_failure(enabled: bool) -> Iterator[None]:
+    """torch.compile compiles lazily, in the first forward and backward: a failure there (no C++
+    compiler, an op the backend cannot lower) ends with one line that names the way out."""
+    if not enabled:
+        yield
+        return
+    try:
+        yield
+    except torch._dynamo.exc.TorchDynamoException as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        detail = lines[0] if lines else ""
+        detail = detail if len(detail) <= 300 else detail[:297] + "..."
+        raise ConfigError(
+            f"torch.compile failed ({type(exc).__name__}: {detail}); set compile=false to train without it"
+        ) from exc
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -190,20 +217,39 @@ def initialize_model(cfg: TrainConfig, model: nn.Module) -> dict[str, Any]:
         raise ConfigError(f"init {cfg.init!r} cannot be applied with {cfg.init_args}: {detail}") from exc
 
 
+# what a model that builds but cannot run on given images raises (see check_forward)
+FORWARD_ERRORS = (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError, IndexError)
+
+
+def runs_in_fp32(model: nn.Module, images: torch.Tensor) -> bool:
+    """Whether the forward pass works without autocast: tells a dtype problem from a shape problem."""
+    try:
+        model(images)
+    except FORWARD_ERRORS:
+        return False
+    return True
+
+
 @torch.no_grad()
 def check_forward(cfg: TrainConfig, model: nn.Module, images: torch.Tensor, num_classes: int) -> None:
     """One forward pass on real images before any step: a model that builds but cannot run on this
     data (an argument of the right type but an impossible value) fails with one line, not a traceback."""
     model.eval()
     dtype = autocast_dtype(cfg, images.device)
+    images = images.contiguous(memory_format=memory_format(cfg))
     try:
         with torch.autocast(images.device.type, dtype=dtype, enabled=dtype is not None):
             logits = model(images)
     except ConfigError:
         raise
-    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError, IndexError) as exc:
+    except FORWARD_ERRORS as exc:
         detail = " ".join(str(exc).split())
         detail = detail if len(detail) <= 300 else detail[:297] + "..."  # torch's signature listings
+        if dtype is not None and runs_in_fp32(model, images):  # an op with no kernel for this dtype
+            raise ConfigError(
+                f"model {cfg.model!r} runs in fp32 but not under precision={cfg.precision} autocast on "
+                f"{images.device.type}: {detail}; use precision=fp32"
+            ) from exc
         shape = "x".join(str(n) for n in images.shape[1:])
         raise ConfigError(
             f"model {cfg.model!r} with {cfg.model_args} cannot run on {shape} images: {detail}"
@@ -282,14 +328,18 @@ def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, loader: DeviceLoader, transform: nn.Module, dtype: torch.dtype | None
+    model: nn.Module,
+    loader: DeviceLoader,
+    transform: nn.Module,
+    dtype: torch.dtype | None,
+    layout: torch.memory_format = torch.contiguous_format,
 ) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy (%) over the loader."""
+    """Mean cross-entropy and accuracy (%) over the loader, in the training run's precision and layout."""
     model.eval()
     total_loss, correct, count = 0.0, 0, 0
     for images, labels in loader:
         with torch.autocast(labels.device.type, dtype=dtype, enabled=dtype is not None):
-            logits = model(transform(images))
+            logits = model(transform(images).contiguous(memory_format=layout))
         total_loss += F.cross_entropy(logits.float(), labels, reduction="sum").item()
         correct += (logits.argmax(dim=1) == labels).sum().item()
         count += len(labels)
@@ -367,6 +417,9 @@ def train(
             init_report = report
             (run_dir / "init_report.json").write_text(json.dumps(report, indent=1, default=str))
     model.to(device)
+    layout = memory_format(cfg)  # of the input batches; the model's 4-D (conv) weights follow it
+    if cfg.channels_last:
+        model.to(memory_format=layout)
 
     train_loader = DeviceLoader(
         dataset.train_images[keep],
@@ -398,6 +451,8 @@ def train(
     criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     teacher = load_teacher(cfg, dataset.num_classes, device)
     optimizer = build_optimizer(model, cfg)
+    # fp16 needs loss scaling: small gradients would underflow to 0 (disabled, every call is a no-op)
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
     steps_per_epoch = len(train_loader)
     scheduler = build_scheduler(optimizer, cfg, steps_per_epoch)
     ema = (
@@ -409,6 +464,8 @@ def train(
     check_forward(cfg, model, track_images[:2], dataset.num_classes)
     log = MetricsLog(run_dir)
     net = DistributedDataParallel(model) if ddp.enabled else model  # DDP syncs weights from rank 0
+    if cfg.compile:  # after DDP, so torch's DDPOptimizer splits graphs at gradient buckets; `model`
+        net = torch.compile(net)  # stays uncompiled for checkpoints, EMA and evaluation (no _orig_mod.)
     trackers = Trackers(cfg.logger if ddp.is_main else [], run_dir, cfg.to_dict())
     if checkpoint is None and ddp.is_main:
         trackers.log_init(init_report)
@@ -422,6 +479,8 @@ def train(
             load_weights(ema, checkpoint, ema=True)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):  # fp16 runs only (a disabled scaler saves {})
+            scaler.load_state_dict(state["scaler"])
         restore_rng_state(state["rng"])
         start_epoch, start_step, running = state["epoch"], state["step"], state["running"]
         skipped = state.get("skipped", 0)  # absent in checkpoints written before it was saved
@@ -430,7 +489,7 @@ def train(
     elif ddp.is_main:
         log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
         if cfg.eval_every:
-            test_loss, test_acc = evaluate(model, test_loader, eval_transform, dtype)
+            test_loss, test_acc = evaluate(model, test_loader, eval_transform, dtype, layout)
             log.append(
                 {
                     "epoch": 0,
@@ -444,6 +503,7 @@ def train(
         return {
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict(),
             "rng": rng_state(),
             "epoch": epoch,
             "step": step,
@@ -469,32 +529,40 @@ def train(
                 if epoch == start_epoch and step < start_step:
                     continue  # trained before the interruption
                 inputs, targets = mix(augment(images), labels)
-                with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                    logits = net(inputs)
-                    loss = criterion(logits.float(), targets)
-                    if (
-                        teacher is not None
-                    ):  # DeiT's hard distillation: the teacher's argmax as a second target
-                        with torch.no_grad():
-                            teacher_labels = teacher(inputs).argmax(dim=1)
-                        distill = F.cross_entropy(logits.float(), teacher_labels)
-                        loss = (1 - cfg.distill_weight) * loss + cfg.distill_weight * distill
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                inputs = inputs.contiguous(memory_format=layout)
+                with explain_compile_failure(cfg.compile):
+                    with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                        logits = net(inputs)
+                        loss = criterion(logits.float(), targets)
+                        # DeiT's hard distillation: the teacher's argmax as a second target
+                        if teacher is not None:
+                            with torch.no_grad():
+                                teacher_labels = teacher(inputs).argmax(dim=1)
+                            distill = F.cross_entropy(logits.float(), teacher_labels)
+                            loss = (1 - cfg.distill_weight) * loss + cfg.distill_weight * distill
+                    optimizer.zero_grad(set_to_none=True)
+                    scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)  # clip and check the true gradients, not the scaled ones
                 grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad or math.inf)
+                grads_finite = bool(torch.isfinite(grad_norm))
+                # fp16: an overflowing gradient is the scaler's business (it skips the step and halves the
+                # scale), unless the scale is already below 1: then the gradient itself is not finite
+                overflow = not grads_finite and scaler.is_enabled() and scaler.get_scale() >= 1.0
                 # under DDP the loss is per rank but the all-reduced gradient norm is the same everywhere
-                if not ((ddp.enabled or torch.isfinite(loss)) and torch.isfinite(grad_norm)):
+                if not ((ddp.enabled or torch.isfinite(loss)) and (grads_finite or overflow)):
                     skipped += 1
                     if cfg.on_nonfinite == "stop" or skipped > cfg.max_nonfinite_skips:
                         bar.close()
                         raise diverged(cfg, run_dir, epoch, step, loss, skipped)
                     optimizer.zero_grad(set_to_none=True)
+                    scaler.update()  # ends this step's unscale_ (and lowers an fp16 scale)
                     scheduler.step()
                     bar.update(1)
                     continue
-                optimizer.step()
+                scaler.step(optimizer)  # optimizer.step(), unless fp16 gradients overflowed
+                scaler.update()
                 scheduler.step()
-                if ema is not None:
+                if ema is not None and not overflow:
                     ema.update_parameters(model)
                 hard = targets.argmax(dim=1) if targets.ndim == 2 else targets
                 loss_value = loss.item()
@@ -540,10 +608,12 @@ def train(
                 "images_per_s": running["seen"] / max(seconds, 1e-9),
             }
             if epoch + 1 == cfg.epochs or (cfg.eval_every and (epoch + 1) % cfg.eval_every == 0):
-                row["test_loss"], row["test_acc"] = evaluate(model, test_loader, eval_transform, dtype)
+                row["test_loss"], row["test_acc"] = evaluate(
+                    model, test_loader, eval_transform, dtype, layout
+                )
                 if ema is not None:
                     row["ema_test_loss"], row["ema_test_acc"] = evaluate(
-                        ema.module, test_loader, eval_transform, dtype
+                        ema.module, test_loader, eval_transform, dtype, layout
                     )
                 row.update(run_trackers(model, cfg.track, track_images))
             running = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
@@ -584,11 +654,12 @@ def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -
     target = AveragedModel(model, use_buffers=True) if ema else model
     load_weights(target, checkpoint, ema=ema)
     target.to(dev)
+    if cfg.channels_last:
+        target.to(memory_format=torch.channels_last)
     out_size = (img_size, img_size) if isinstance(img_size, int) else img_size
     loader = DeviceLoader(dataset.test_images, dataset.test_labels, cfg.eval_batch_size, dev)
-    loss, acc = evaluate(
-        target, loader, BatchAugment(dataset.mean, dataset.std, out_size).to(dev), autocast_dtype(cfg, dev)
-    )
+    transform = BatchAugment(dataset.mean, dataset.std, out_size).to(dev)
+    loss, acc = evaluate(target, loader, transform, autocast_dtype(cfg, dev), memory_format(cfg))
     return {
         "checkpoint": str(checkpoint),
         "test_loss": loss,

@@ -1,0 +1,258 @@
+"""Speed options of the trainer: precision=fp16/bf16, compile=true, channels_last=true.
+
+Each is checked against the plain fp32, eager, contiguous run it replaces (same seed, same data order):
+the option may change the speed and the rounding, never what is trained.
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from PIL import Image
+from safetensors.torch import load_file
+from torch._dynamo.utils import counters
+
+from convinit.config import resolve_config
+from convinit.errors import ConfigError, TrainingDiverged
+from convinit.train import evaluate_run, train
+from convinit.train import trainer as trainer_module
+from convinit.train.checkpoint import list_checkpoints, load_train_state
+from convinit.train.trainer import RunInterrupted, check_forward
+
+VOLATILE = {"seconds", "images_per_s"}
+
+
+def stable(rows):
+    return [{k: v for k, v in row.items() if k not in VOLATILE} for row in rows]
+
+
+def final_scaler_state(run_dir):
+    return load_train_state(list_checkpoints(run_dir)[-1])["scaler"]
+
+
+@pytest.fixture
+def high_initial_fp16_scale(monkeypatch):
+    """GradScaler starting at 2**24 instead of 2**16: on this tiny ViT the first 6 fp16 steps overflow
+    (the gradient of the logits alone is ~2**24 / batch > 65504), so the scale changes within an epoch."""
+    scale = 2.0**24
+    monkeypatch.setattr(torch.amp, "GradScaler", functools.partial(torch.amp.GradScaler, init_scale=scale))
+    return scale
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_low_precision_training_ends_close_to_fp32(tmp_path, tiny_overrides, precision):
+    # 2 epochs of 20 steps take the test loss from 2.30 to 2.13 (accuracy ~37 %); bf16 and fp16 runs end
+    # within 3e-4 of that loss and 0.2 points of that accuracy here, so 0.01 and 2 points leave room
+    overrides = tiny_overrides + ["batch_size=50", "lr=3e-3", "eval_every=0"]
+    reference = train(resolve_config(None, overrides), run_dir=tmp_path / "fp32", progress=False)
+    low = train(
+        resolve_config(None, overrides + [f"precision={precision}"]),
+        run_dir=tmp_path / precision,
+        progress=False,
+    )
+    ref, got = reference.metrics[-1], low.metrics[-1]
+    assert ref["test_acc"] > 25.0  # it learned: the tolerances below are small next to the change
+    for key in ("train_loss", "test_loss"):
+        assert got[key] == pytest.approx(ref[key], abs=0.01), key
+    for key in ("train_acc", "test_acc"):
+        assert got[key] == pytest.approx(ref[key], abs=2.0), key
+    # `convinit eval` evaluates in the run's precision too: it reproduces the run's own figures
+    assert evaluate_run(low.run_dir, device="cpu")["test_loss"] == pytest.approx(got["test_loss"], abs=1e-6)
+
+
+def test_fp16_gradient_overflow_is_skipped_by_the_scaler_not_reported_as_divergence(
+    tmp_path, tiny_overrides, high_initial_fp16_scale
+):
+    overrides = tiny_overrides + ["precision=fp16", "on_nonfinite=stop", "epochs=1", "eval_every=0"]
+    run = train(resolve_config(None, overrides), run_dir=tmp_path / "run", progress=False)
+    scaler = final_scaler_state(run.run_dir)
+    assert scaler["scale"] < high_initial_fp16_scale  # steps overflowed, the scaler skipped them
+    assert scaler["_growth_tracker"] > 0  # and the later steps were taken
+    assert all(torch.isfinite(p).all() for p in run.model.parameters())
+
+
+def test_fp16_nonfinite_loss_still_stops_the_run(tmp_path, tiny_overrides):
+    cfg = resolve_config(None, tiny_overrides + ["precision=fp16", "lr=1e30", "optimizer=sgd"])
+    with pytest.raises(TrainingDiverged, match="non-finite loss"):
+        train(cfg, run_dir=tmp_path / "run", progress=False)
+
+
+def test_fp16_checkpoint_holds_the_scaler_and_a_resumed_run_equals_an_uninterrupted_one(
+    tmp_path, tiny_overrides, monkeypatch, high_initial_fp16_scale
+):
+    # interrupted at step 4 while the scale falls from 2**24 (steps 1-6 overflow): a resume that restarted
+    # the scaler would skip other steps and end with other weights
+    overrides = tiny_overrides + ["epochs=1", "eval_every=0", "deterministic=true", "precision=fp16"]
+    reference = train(resolve_config(None, overrides), run_dir=tmp_path / "reference", progress=False)
+    assert final_scaler_state(reference.run_dir)["scale"] < high_initial_fp16_scale
+
+    calls = {"n": 0}
+    original = trainer_module.MixupCutmix.__call__
+
+    def ctrl_c_during_step_four(self, images, labels):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            signal.raise_signal(signal.SIGINT)
+        return original(self, images, labels)
+
+    monkeypatch.setattr(trainer_module.MixupCutmix, "__call__", ctrl_c_during_step_four)
+    with pytest.raises(RunInterrupted) as info:
+        train(resolve_config(None, overrides), run_dir=tmp_path / "resumed", progress=False)
+    assert info.value.checkpoint.name == "epoch-0000-step-000004"
+    saved = load_train_state(info.value.checkpoint)["scaler"]
+    assert saved["scale"] == high_initial_fp16_scale / 2**4  # halved at each of the 4 steps so far
+    monkeypatch.setattr(trainer_module.MixupCutmix, "__call__", original)
+    resumed = train(run_dir=tmp_path / "resumed", resume=True, progress=False)
+
+    for name, tensor in reference.model.state_dict().items():
+        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+    assert stable(resumed.metrics) == stable(reference.metrics)
+    assert final_scaler_state(resumed.run_dir) == final_scaler_state(reference.run_dir)
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Compiled graphs are cached per forward function: each compile test starts and ends without them."""
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def test_compiled_training_matches_eager_and_saves_keys_without_orig_mod(
+    tmp_path, tiny_overrides, digits, fresh_dynamo
+):
+    # the smallest run that compiles a forward and a backward: depth 1, 5 steps, no evaluation until the
+    # end (compiling takes ~40 s on 2 cores with an empty inductor cache, a few seconds with a warm one)
+    overrides = tiny_overrides + [
+        "model_args.depth=1",
+        "epochs=1",
+        "per_class=5",
+        "batch_size=10",
+        "eval_every=0",
+        "ema_decay=0.9",
+    ]
+    eager = train(resolve_config(None, overrides), run_dir=tmp_path / "eager", progress=False)
+    assert counters["stats"]["unique_graphs"] == 0
+    compiled = train(
+        resolve_config(None, overrides + ["compile=true"]), run_dir=tmp_path / "compiled", progress=False
+    )
+
+    assert counters["stats"]["unique_graphs"] >= 1  # the training step did go through torch.compile
+    assert not isinstance(compiled.model, torch._dynamo.eval_frame.OptimizedModule)
+    for name in ("model.safetensors", "ema.safetensors"):
+        keys = set(load_file(list_checkpoints(compiled.run_dir)[-1] / name))
+        assert keys == set(load_file(list_checkpoints(eager.run_dir)[-1] / name)), name
+        assert not any("_orig_mod" in key for key in keys), name
+    # inductor fuses and reorders float32 arithmetic: equal up to rounding (measured ~6e-7 here)
+    images = trainer_module.BatchAugment(digits.mean, digits.std)(digits.test_images[:100])
+    with torch.no_grad():
+        logits_eager, logits_compiled = eager.model.eval()(images), compiled.model.eval()(images)
+    torch.testing.assert_close(logits_compiled, logits_eager, atol=1e-4, rtol=1e-4)
+    assert compiled.metrics[-1]["test_loss"] == pytest.approx(eager.metrics[-1]["test_loss"], abs=1e-4)
+
+
+def test_compile_failure_is_a_one_line_config_error_naming_compile_false(
+    tmp_path, tiny_overrides, fresh_dynamo
+):
+    overrides = tiny_overrides + [
+        "model_args.depth=1",
+        "epochs=1",
+        "per_class=5",
+        "batch_size=10",
+        "eval_every=0",
+        "compile=true",
+    ]
+    with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)}):  # a machine without a compiler
+        with pytest.raises(ConfigError) as info:
+            train(resolve_config(None, overrides), run_dir=tmp_path / "run", progress=False)
+    message = str(info.value)
+    assert "torch.compile failed" in message and "compile=false" in message and "\n" not in message
+
+
+def write_rgb_folder(root, per_class: int = 30, size: int = 8) -> None:
+    """Two classes of noisy 8 x 8 RGB images, reddish or bluish: 3 channels, so that the default and the
+    channels_last layouts differ (on 1-channel digits the two coincide and torch picks either)."""
+    rng = np.random.default_rng(0)
+    for label, name in enumerate(["red", "blue"]):
+        for i in range(per_class):
+            pixels = rng.integers(0, 160, (size, size, 3), dtype=np.uint8)
+            pixels[..., 2 * label] += 90
+            split = "test" if i % 5 == 0 else "train"
+            path = root / split / name / f"{i:03d}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pixels, "RGB").save(path)
+
+
+def test_channels_last_convmixer_trains_like_the_default_layout(tmp_path, monkeypatch):
+    write_rgb_folder(tmp_path / "data")
+    layouts: list[bool] = []
+    original = trainer_module.build_model
+
+    def record_stem_layout(*args, **kwargs):
+        model = original(*args, **kwargs)
+        model.stem.register_forward_hook(
+            lambda module, inputs, out: layouts.append(out.is_contiguous(memory_format=torch.channels_last))
+        )
+        return model
+
+    monkeypatch.setattr(trainer_module, "build_model", record_stem_layout)
+    overrides = [
+        "dataset=folder",
+        f"data_dir={tmp_path / 'data'}",
+        "epochs=2",
+        "batch_size=12",
+        "model_args={dim: 16, depth: 2, kernel_size: 3, patch_size: 2, spatial: learned}",
+        "warmup_epochs=0",
+        "lr=3e-3",
+        "device=cpu",
+    ]
+    runs = {}
+    for channels_last in (False, True):
+        layouts.clear()
+        cfg = resolve_config("paper1/fig4_convmixer_small", overrides + [f"channels_last={channels_last}"])
+        runs[channels_last] = train(cfg, run_dir=tmp_path / str(channels_last), progress=False)
+        # check_forward, every training step and every evaluation ran in the asked-for layout
+        assert layouts and set(layouts) == {channels_last}
+
+    plain, last = runs[False], runs[True]
+    assert last.model.stem[0].weight.is_contiguous(memory_format=torch.channels_last)
+    # the same arithmetic in another order: equal up to float32 rounding
+    for name, tensor in plain.model.state_dict().items():
+        torch.testing.assert_close(last.model.state_dict()[name], tensor, atol=1e-5, rtol=1e-5, msg=name)
+    for key in ("train_loss", "test_loss"):
+        assert last.metrics[-1][key] == pytest.approx(plain.metrics[-1][key], abs=1e-5), key
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("precision=fp8", "config key 'precision' must be one of auto, fp32, bf16, fp16, got 'fp8'"),
+        ("compile=maybe", "config key 'compile' must be true or false"),
+        ("channels_last=1", "config key 'channels_last' must be true or false"),
+    ],
+)
+def test_bad_speed_option_is_a_one_line_config_error(override, message):
+    with pytest.raises(ConfigError) as info:
+        resolve_config(None, [override])
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_model_without_a_kernel_for_the_autocast_dtype_is_told_to_use_fp32(tiny_overrides):
+    class NoHalfMatmul(nn.Module):  # what an op without a float16 CPU kernel raises
+        def forward(self, images):
+            if torch.is_autocast_enabled("cpu"):
+                raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'")
+            return images.flatten(1)[:, :10]
+
+    cfg = resolve_config(None, tiny_overrides + ["precision=fp16"])
+    with pytest.raises(ConfigError) as info:
+        check_forward(cfg, NoHalfMatmul(), torch.randn(2, 1, 8, 8), num_classes=10)
+    message = str(info.value)
+    assert "not under precision=fp16 autocast on cpu" in message and "use precision=fp32" in message
+    assert "\n" not in message
