@@ -93,6 +93,21 @@ def test_report_tabulates_mean_and_std_over_seeds_with_provenance(experiment_fil
     assert {"git_commit", "convinit_version", "torch_version"} <= set(record)
 
 
+def test_report_of_a_grid_with_training_fractions_plots_the_sample_efficiency_curve(tmp_path):
+    import yaml
+
+    rows = [
+        {"label": f"{f:.0%}", "overrides": {"train_fraction": f}, "group": "ViT", "fraction": f}
+        for f in (0.25, 0.5)
+    ]
+    spec = {"seeds": [0], "scales": {"small": {"preset": "default", "overrides": TINY}}, "rows": rows}
+    (tmp_path / "fractions.yaml").write_text(yaml.safe_dump(spec))
+    run_grid(expand(str(tmp_path / "fractions.yaml"), "small"), tmp_path / "out", progress=False)
+    report = write_report(tmp_path / "out").read_text()
+    assert "![sample efficiency](efficiency.png)" in report
+    assert (tmp_path / "out" / "efficiency.png").stat().st_size > 0
+
+
 def test_report_of_an_empty_directory_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="holds no finished runs"):
         write_report(tmp_path)

@@ -196,7 +196,11 @@ def write_report(root: str | Path, out: str | Path | None = None, title: str | N
     ]
     if plot_sweep(records, "alpha", out / "alpha_sweep.png", "alpha"):
         parts += ["", "![alpha sweep](alpha_sweep.png)"]
-    if plot_sweep(records, "train_images", out / "efficiency.png", "training images", log_x=True):
+    # sample efficiency: `convinit efficiency` records image counts, grids (ConViT Table 2) fractions
+    efficiency = out / "efficiency.png"
+    if plot_sweep(records, "train_images", efficiency, "training images", log_x=True) or plot_sweep(
+        records, "fraction", efficiency, "fraction of the training set", log_x=True
+    ):
         parts += ["", "![sample efficiency](efficiency.png)"]
     parts += ["", "## Provenance", ""] + [f"- **{row['method']}**: {row['provenance']}" for row in rows]
     report = out / "report.md"
