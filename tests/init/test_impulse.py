@@ -176,3 +176,32 @@ def test_timm_vision_transformer_patch_token_maps_become_impulse_convolutions():
     assert quality["mass"] == pytest.approx([h["mass"] for h in report["layers"][1]["heads"]], abs=1e-4)
     assert torch.isfinite(model(torch.randn(2, 1, 16, 16))).all()
     initialize(model, "mimetic", seed=0)  # and the mimetic baseline takes the same model
+
+
+def test_timm_eva_maps_from_its_own_q_bias_become_impulse_convolutions():
+    eva = pytest.importorskip("timm.models.eva")
+    torch.manual_seed(0)
+    shape = dict(img_size=16, patch_size=2, in_chans=1, num_classes=3, embed_dim=64, depth=2, num_heads=4)
+    model = eva.Eva(**shape, qkv_bias=True, use_rot_pos_emb=False)  # q_bias, k_bias apart from the qkv
+    with torch.no_grad():
+        model.blocks[1].attn.q_bias.normal_()  # as if trained: the fit must zero it
+    report = initialize(model, "impulse", kernel_size=3, sincos_pos_embed=True, seed=0)
+    assert report["mean_mass"] >= 0.9 and report["mean_argmax_agreement"] == 1.0
+    block, attn = model.blocks[1], model.blocks[1].attn
+    with torch.no_grad():
+        x = block.norm1(model.pos_embed[0, 1:])  # (N, D) patch rows
+        bias = torch.cat((attn.q_bias, attn.k_bias, attn.v_bias))  # as Eva's forward builds it
+        q, k, _ = torch.nn.functional.linear(x, attn.qkv.weight, bias).split(64, dim=-1)
+        q, k = (t.reshape(64, 4, 16).transpose(0, 1) for t in (q, k))  # (H, N, d)
+        maps = torch.softmax(q @ k.transpose(1, 2) * attn.scale, dim=-1)
+    quality = map_quality(maps, Targets.build(offsets_of(report, 1), (8, 8)))
+    assert min(quality["mass"]) >= 0.9
+
+
+def test_impulse_refuses_timm_models_with_rotary_position_embeddings_but_mimetic_takes_them():
+    eva = pytest.importorskip("timm.models.eva")
+    shape = dict(img_size=16, patch_size=2, in_chans=1, num_classes=3, embed_dim=64, depth=1, num_heads=4)
+    model = eva.Eva(**shape, use_rot_pos_emb=True)  # EVA-02 style
+    with pytest.raises(ConfigError, match="rotary position embeddings"):
+        initialize(model, "impulse")
+    assert initialize(model, "mimetic")["scheme"] == "mimetic"

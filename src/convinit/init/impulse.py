@@ -64,7 +64,7 @@ from convinit.models.vit import FreeAttention, SimpleViT
 
 SUPPORTED = (
     "convinit SimpleViT models (simplevit, vit_tiny_patch2_32; qk_input x, blend or free) and timm-layout "
-    "ViTs (timm VisionTransformer, convinit deit)"
+    "ViTs (timm VisionTransformer, timm Eva without RoPE, convinit deit)"
 )
 REST_STD = 0.02  # noise on the Q/K columns a closed form leaves unused (exact zeros never train)
 
@@ -182,6 +182,10 @@ def timm_slots(model: nn.Module) -> list[AttentionSlot]:
         heads = int(attn.num_heads)
         inner = attn.qkv.out_features // 3
         bias = attn.qkv.bias
+        # timm's Eva keeps its q/k biases apart from the fused qkv (q_bias, k_bias), zero at init
+        separate = [
+            b for b in (getattr(attn, "q_bias", None), getattr(attn, "k_bias", None)) if b is not None
+        ]
         with torch.no_grad():
             inputs = {"P": pos.float().cpu(), "LN(P)": block.norm1(pos).float().cpu()}
         slots.append(
@@ -195,7 +199,7 @@ def timm_slots(model: nn.Module) -> list[AttentionSlot]:
                 k_weight=attn.qkv.weight[inner : 2 * inner],
                 v_weight=attn.qkv.weight[2 * inner :],
                 out_weight=attn.proj.weight,
-                qk_biases=[] if bias is None else [bias[: 2 * inner]],
+                qk_biases=([] if bias is None else [bias[: 2 * inner]]) + separate,
                 inputs=inputs,
                 seen="LN(P)",
                 seen_note="LN(P) = norm1(patch rows of pos_embed): a proxy, the layer sees norm1(x + pos)",
@@ -210,6 +214,14 @@ def attention_slots(model: nn.Module, scheme: str) -> list[AttentionSlot]:
     if isinstance(model, SimpleViT):
         return simplevit_slots(model)
     if is_timm_layout(model):
+        if scheme == "impulse" and getattr(model, "rope", None) is not None:
+            # e.g. timm's EVA-02: q and k are rotated by position inside attention, so the logits are
+            # not (X W_q)(X W_k)^T and a fit of W_q, W_k would not give the maps it reports
+            raise ConfigError(
+                f"impulse init does not support {type(model).__name__} with rotary position embeddings "
+                f"(RoPE rotates q and k inside attention, outside the fit); it supports {SUPPORTED} "
+                f"(mimetic init works on this model)"
+            )
         return timm_slots(model)
     raise ConfigError(f"{scheme} init does not support {type(model).__name__}; it supports {SUPPORTED}")
 
