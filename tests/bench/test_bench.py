@@ -17,6 +17,7 @@ from convinit.bench.models import (
     SAME_SHAPE_VIT,
     BenchModel,
     StepSetup,
+    count_train_flops,
     grouped_conv_backward_flop,
     train_flops,
 )
@@ -56,10 +57,18 @@ def test_conv_backward_flops_equal_torch_for_dense_convs_and_twice_the_forward_f
 
 def test_train_flops_of_an_mlp_match_the_matmul_count():
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 16), nn.ReLU(), nn.Linear(16, 10))
-    flops = train_flops(model, StepSetup(4, torch.device("cpu"), None))
+    flops = train_flops(lambda: model, StepSetup(4, torch.device("cpu"), None))
     first, second = 3 * 32 * 32 * 16, 16 * 10
     # forward 2*B*(first + second); backward: weight gradients of both, input gradient of the second only
     assert flops == 2 * 4 * (2 * first + 3 * second)
+
+
+def test_train_flops_extended_from_batches_1_and_2_equal_a_direct_count():
+    spec = BENCH_MODELS["convit_tiny_patch2_32"]
+    kwargs = {"depth": 3, "local_up_to_layer": 2, "embed_dim": 32}
+    setup = StepSetup(5, torch.device("cpu"), None)
+    build = lambda: BenchModel(spec.name, kwargs).build()  # noqa: E731
+    assert train_flops(build, setup) == count_train_flops(build(), setup)
 
 
 def test_same_shape_vit_differs_from_convit_only_in_gpsa():
@@ -85,6 +94,9 @@ def test_bench_json_has_every_figure_the_benchmarks_page_quotes(capsys, tmp_path
     for row in rows.values():
         assert row["train_images_per_s"] > 0 and row["infer_images_per_s"] > 0
         assert row["train_gflop_per_image"] > 0 and 0 < row["matmul_fraction"]
+        assert row["matmul_fraction"] == pytest.approx(
+            row["achieved_tflop_per_s"] / row["matmul_tflop_per_s"]
+        )
     # the two are the same shape, so the same matmuls (timm's sequential MLP is the same size)
     ours, timms = rows["convinit"]["train_gflop_per_image"], rows["timm"]["train_gflop_per_image"]
     assert ours == pytest.approx(timms, rel=0.02)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -11,18 +12,28 @@ import torch
 from convinit.bench.timing import interleaved_medians
 
 
-def matmul_rate(device: torch.device, dtype: torch.dtype, size: int | None = None, repeats: int = 5) -> float:
-    """Measured FLOP/s of a square (size x size) matmul, the best case for this device and dtype.
+def matmul_size(device: torch.device) -> int:
+    """2048 on a CPU (past the caches, well under a second on 2 cores), 8192 on a GPU."""
+    return 8192 if device.type == "cuda" else 2048
 
-    2048 on a CPU (large enough to leave the caches' regime, small enough to take well under a
-    second), 8192 on a GPU.
-    """
-    size = size or (8192 if device.type == "cuda" else 2048)
+
+def matmul_flops(device: torch.device) -> int:
+    return 2 * matmul_size(device) ** 3
+
+
+def square_matmul(device: torch.device, dtype: torch.dtype) -> Callable[[], None]:
+    """One dense square matmul, the best case for this device and dtype: a timing case."""
+    size = matmul_size(device)
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     out = torch.empty(size, size, device=device, dtype=dtype)
-    timing = interleaved_medians({"mm": lambda: torch.mm(a, b, out=out)}, device, warmup=2, repeats=repeats)
-    return 2 * size**3 / timing["mm"]["median"]
+    return lambda: torch.mm(a, b, out=out)
+
+
+def matmul_rate(device: torch.device, dtype: torch.dtype, repeats: int = 5) -> float:
+    """Measured FLOP/s of the square matmul (median of `repeats`)."""
+    timing = interleaved_medians({"mm": square_matmul(device, dtype)}, device, warmup=2, repeats=repeats)
+    return matmul_flops(device) / timing["mm"]["median"]
 
 
 def cpu_name() -> str:

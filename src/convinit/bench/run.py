@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from convinit.bench import costs
-from convinit.bench.machine import describe, matmul_rate
+from convinit.bench.machine import describe, matmul_flops, matmul_rate, matmul_size, square_matmul
 from convinit.bench.models import (
     BENCH_MODELS,
     INPUT,
@@ -40,7 +40,7 @@ class BenchOptions:
     """What `convinit bench` measures; the defaults fit 2 CPU cores in about two minutes."""
 
     models: list[str] = field(default_factory=lambda: list(BENCH_MODELS))
-    batch_size: int | None = None  # None: 32 on a CPU, 512 on a GPU
+    batch_size: int | None = None  # None: 16 on a CPU, 512 on a GPU
     device: str = "auto"
     precision: str = "fp32"
     compile: str = "off"
@@ -103,22 +103,24 @@ def cases_for(spec: BenchModel, options: BenchOptions, setup: StepSetup) -> dict
 
 
 def bench_group(
-    spec: BenchModel, options: BenchOptions, setup: StepSetup, peak: float
+    spec: BenchModel, options: BenchOptions, setup: StepSetup
 ) -> tuple[list[dict[str, Any]], dict[str, TrainStep]]:
-    """Train and inference throughput of one group, timed interleaved; FLOPs per training step."""
+    """Train and inference throughput of one group, timed interleaved with the matmul that measures the
+    machine's rate in the same minutes (a shared CPU's speed drifts); FLOPs per training step."""
     torch.manual_seed(0)
     rows = cases_for(spec, options, setup)
     channels_last = options.channels_last and spec.name == "convmixer"
     steps: dict[str, TrainStep] = {}
-    cases = {}
+    cases = {"matmul": square_matmul(setup.device, setup.dtype or torch.float32)}
     flops = {}
     for label, row in rows.items():
         row_setup = StepSetup(setup.batch_size, setup.device, setup.dtype, row["compile"], channels_last)
-        flops[label] = train_flops(row["build"](), row_setup)
+        flops[label] = train_flops(row["build"], row_setup)
         steps[label] = TrainStep(row["build"](), row_setup)
         cases[f"{label}/train"] = steps[label]
         cases[f"{label}/infer"] = inference_step(row["build"](), row_setup)
     timing = interleaved_medians(cases, setup.device, options.warmup, options.repeats)
+    peak = matmul_flops(setup.device) / timing["matmul"]["median"]
     results = []
     for label, row in rows.items():
         train_s = timing[f"{label}/train"]["median"]
@@ -136,6 +138,7 @@ def bench_group(
                 "train_spread": [setup.batch_size / timing[f"{label}/train"][k] for k in ("max", "min")],
                 "train_gflop_per_image": flops[label] / setup.batch_size / 1e9,
                 "achieved_tflop_per_s": achieved / 1e12,
+                "matmul_tflop_per_s": peak / 1e12,
                 "matmul_fraction": achieved / peak,
             }
         )
@@ -191,7 +194,7 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
     device = check_options(options)
     say = progress or (lambda message: None)
     dtype = PRECISIONS[options.precision]
-    batch_size = options.batch_size or (512 if device.type == "cuda" else 32)
+    batch_size = options.batch_size or (512 if device.type == "cuda" else 16)
     setup = StepSetup(batch_size, device, dtype)
     started = time.perf_counter()
     say("measuring the matmul rate")
@@ -200,7 +203,11 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
     result: dict[str, Any] = {
         "machine": describe(device),
         "settings": {**asdict(options), "batch_size": batch_size, "input": list(INPUT)},
-        "matmul": {"dtype": str(matmul_dtype).removeprefix("torch."), "tflop_per_s": peak / 1e12},
+        "matmul": {
+            "dtype": str(matmul_dtype).removeprefix("torch."),
+            "tflop_per_s": peak / 1e12,
+            "size": matmul_size(device),
+        },
         "models": [],
     }
     pipeline = None
@@ -211,7 +218,7 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
     epochs = {}
     for spec in bench_models(options.models):
         say(f"timing {spec.name}")
-        rows, steps = bench_group(spec, options, setup, peak)
+        rows, steps = bench_group(spec, options, setup)
         result["models"].extend(rows)
         if options.epoch:
             label = "convinit compiled" if "convinit compiled" in steps else "convinit"

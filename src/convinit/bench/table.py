@@ -12,16 +12,17 @@ def format_result(result: dict[str, Any]) -> str:
         f"convinit bench: {machine['device']} ({where}), torch {machine['torch']}, "
         f"{settings['precision']}, batch {settings['batch_size']}, input "
         f"{'x'.join(str(n) for n in settings['input'])}, median of {settings['repeats']} interleaved rounds",
-        f"matmul rate: {1e3 * result['matmul']['tflop_per_s']:.0f} GFLOP/s ({result['matmul']['dtype']})",
+        f"matmul rate: {1e3 * result['matmul']['tflop_per_s']:.0f} GFLOP/s ({result['matmul']['dtype']}, "
+        f"square {result['matmul']['size']}); each group is also timed beside it: 'of matmul' uses that",
         "",
         f"{'model':24s} {'row':40s} {'train img/s':>11s} {'infer img/s':>11s} {'GFLOP/img':>9s} "
-        f"{'of matmul':>9s}",
+        f"{'matmul GFLOP/s':>14s} {'of matmul':>9s}",
     ]
     for row in result["models"]:
         lines.append(
             f"{row['model']:24s} {row['row']:40s} {row['train_images_per_s']:11.1f} "
             f"{row['infer_images_per_s']:11.1f} {row['train_gflop_per_image']:9.2f} "
-            f"{100 * row['matmul_fraction']:8.0f}%"
+            f"{1e3 * row['matmul_tflop_per_s']:14.0f} {100 * row['matmul_fraction']:8.0f}%"
         )
     lines += ["", "ratios"]
     lines += [f"  {name}: {value:.2f}x" for name, value in result["ratios"].items()]
