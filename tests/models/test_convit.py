@@ -89,12 +89,17 @@ def test_gpsa_fast_path_matches_explicit_path():
     with torch.no_grad():
         layer.gating_param.copy_(torch.tensor([-3.0, -0.5, 0.5, 3.0]))
         layer.qk.weight.mul_(20)  # sharp content attention, far from uniform
-    x = torch.randn(3, 25, 32)
+    x = torch.randn(3, 25, 32, requires_grad=True)
+    wrt = [x, layer.gating_param, layer.pos_proj.weight, layer.qk.weight, layer.v.weight]
     fast = layer(x)
+    fast_grads = torch.autograd.grad(fast.square().sum(), wrt)
     layer.record = True
     explicit = layer(x)
+    explicit_grads = torch.autograd.grad(explicit.square().sum(), wrt)
     assert layer.attention_map.shape == (3, 4, 25, 25)
     torch.testing.assert_close(fast, explicit, rtol=1e-5, atol=1e-5)
+    for fast_grad, explicit_grad in zip(fast_grads, explicit_grads, strict=True):  # training agrees too
+        torch.testing.assert_close(fast_grad, explicit_grad, rtol=1e-4, atol=1e-4)
 
 
 def test_explicit_attention_rows_are_the_gated_mixture():

@@ -267,23 +267,33 @@ class GPSA(nn.Module):
                 f"GPSA was built for a {self.grid[0]}x{self.grid[1]} patch grid but got {tokens} tokens; "
                 f"build the model with the img_size and patch_size of the input"
             )
-        head_dim = dim // self.num_heads
-        qk = self.qk(x).reshape(batch, tokens, 2, self.num_heads, head_dim)
+        heads, head_dim = self.num_heads, dim // self.num_heads
+        qk = self.qk(x).reshape(batch, tokens, 2, heads, head_dim)
         q, k = qk.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, d) each
-        v = self.v(x).reshape(batch, tokens, self.num_heads, head_dim).transpose(1, 2)  # (B, H, N, d)
-        gate = self.gates().view(1, -1, 1, 1)  # (1, H, 1, 1)
+        v_tokens = self.v(x).reshape(batch, tokens, heads, head_dim)  # (B, N, H, d)
+        v = v_tokens.transpose(1, 2)  # (B, H, N, d)
+        gate = self.gates()  # (H,)
         positional = self.positional_attention()  # (H, N, N)
         if self.record:
+            gate = gate.view(1, -1, 1, 1)
             content = torch.softmax((q @ k.transpose(-2, -1)) * self.scale, dim=-1)  # (B, H, N, N)
             attn = (1.0 - gate) * content + gate * positional
             attn = attn / attn.sum(dim=-1, keepdim=True)  # the official renormalisation (a no-op)
             self.attention_map = attn.detach()
-            out = attn @ v
+            out = (attn @ v).transpose(1, 2)  # (B, N, H, d)
         else:
-            content_out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
-            positional_out = torch.einsum("hnm,bhmd->bhnd", positional.to(v.dtype), v)  # no (B,H,N,N) copy
-            out = (1.0 - gate) * content_out + gate * positional_out  # (B, H, N, d)
-        return self.proj(out.transpose(1, 2).reshape(batch, tokens, dim))
+            # (1 - g) * SDPA(q, k, v) + (g * P) @ v, never forming a (B, H, N, N) tensor: the gated map
+            # is shared by the batch, so each head's positional product is ONE matmul over all images
+            content_out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)  # (B, H, N, d)
+            gated = (gate.view(-1, 1, 1) * positional).to(v.dtype)  # (H, N, N)
+            v_heads = v_tokens.permute(2, 1, 0, 3).reshape(heads, tokens, batch * head_dim)  # (H, N, B*d)
+            positional_out = torch.bmm(gated, v_heads).view(heads, tokens, batch, head_dim)  # (H, N, B, d)
+            out = torch.addcmul(  # (B, N, H, d)
+                positional_out.permute(2, 1, 0, 3),
+                content_out.transpose(1, 2),
+                (1.0 - gate).view(1, 1, -1, 1).to(v.dtype),
+            )
+        return self.proj(out.reshape(batch, tokens, dim))
 
 
 class Block(nn.Module):
