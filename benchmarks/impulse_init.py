@@ -37,6 +37,7 @@ def optimizer_row(steps: int, lr: float, scale: float, kernel_size: int, offsets
     attn = model.blocks[0].attn
     generator = torch.Generator().manual_seed(0)
     targets = Targets.build(layer_offsets(offsets, kernel_size, 0, attn.heads, generator), model.grid)
+    optimize_factors(model.pos_embedding, targets, attn.dim_head, scale, 5, lr, 100, generator)  # warm-up
     start = time.perf_counter()
     wq, wk, _ = optimize_factors(
         model.pos_embedding, targets, attn.dim_head, scale, steps, lr, 100, generator

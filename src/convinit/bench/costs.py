@@ -43,6 +43,7 @@ def optimizer_impulse(steps: int = 50, model_name: str = "vit_tiny_patch2_32") -
     attn = model.blocks[0].attn
     generator = torch.Generator().manual_seed(0)
     targets = Targets.build(layer_offsets("random", 5, 0, attn.heads, generator), model.grid)
+    optimize_factors(model.pos_embedding, targets, attn.dim_head, 0.1, 5, 1e-4, 100, generator)  # warm-up
     start = time.perf_counter()
     wq, wk, _ = optimize_factors(
         model.pos_embedding, targets, attn.dim_head, 0.1, steps, 1e-4, 100, generator
