@@ -114,6 +114,15 @@ def test_bench_table_and_one_epoch_on_device_resident_data(capsys):
     assert "convmixer" in table and "one 6-image epoch, convmixer (convinit)" in table
 
 
+def test_bench_without_timm_installed_measures_convinit_and_says_how_to_add_timm(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "timm", None)  # `import timm` raises ImportError
+    argv = ["bench", "--models", "convmixer", *TINY, "--no-pipeline", "--no-costs"]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert "convmixer" in table and "timm " not in table.split("ratios")[0]
+    assert 'note: timm is not installed, so there are no timm rows: pip install "convinit[timm]"' in table
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -53,5 +53,6 @@ def format_result(result: dict[str, Any]) -> str:
             f"D {gpsa['shape']['dim']}, {gpsa['shape']['heads']} heads); positional map "
             f"{gpsa['positional_map_ms']:.2f} ms per forward+backward",
         ]
+    lines += [f"note: {note}" for note in result.get("notes", [])]
     lines.append(f"\ntotal {result['seconds']:.0f} s")
     return "\n".join(lines)
