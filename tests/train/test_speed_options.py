@@ -124,19 +124,15 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+# the smallest run that compiles a forward and a backward: depth 1, 5 steps, evaluated only at the end
+SMALLEST_COMPILED_RUN = ["model_args.depth=1", "epochs=1", "per_class=5", "batch_size=10", "eval_every=0"]
+
+
 def test_compiled_training_matches_eager_and_saves_keys_without_orig_mod(
     tmp_path, tiny_overrides, digits, fresh_dynamo
 ):
-    # the smallest run that compiles a forward and a backward: depth 1, 5 steps, no evaluation until the
-    # end (compiling takes ~40 s on 2 cores with an empty inductor cache, a few seconds with a warm one)
-    overrides = tiny_overrides + [
-        "model_args.depth=1",
-        "epochs=1",
-        "per_class=5",
-        "batch_size=10",
-        "eval_every=0",
-        "ema_decay=0.9",
-    ]
+    # compiling takes ~40 s on 2 cores with an empty inductor cache, a few seconds with a warm one
+    overrides = tiny_overrides + SMALLEST_COMPILED_RUN + ["ema_decay=0.9"]
     eager = train(resolve_config(None, overrides), run_dir=tmp_path / "eager", progress=False)
     assert counters["stats"]["unique_graphs"] == 0
     compiled = train(
@@ -160,14 +156,7 @@ def test_compiled_training_matches_eager_and_saves_keys_without_orig_mod(
 def test_compile_failure_is_a_one_line_config_error_naming_compile_false(
     tmp_path, tiny_overrides, fresh_dynamo
 ):
-    overrides = tiny_overrides + [
-        "model_args.depth=1",
-        "epochs=1",
-        "per_class=5",
-        "batch_size=10",
-        "eval_every=0",
-        "compile=true",
-    ]
+    overrides = tiny_overrides + SMALLEST_COMPILED_RUN + ["compile=true"]
     with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)}):  # a machine without a compiler
         with pytest.raises(ConfigError) as info:
             train(resolve_config(None, overrides), run_dir=tmp_path / "run", progress=False)
