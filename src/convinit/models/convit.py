@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from convinit.errors import ConfigError
-from convinit.models.layers import pair, patch_grid
+from convinit.models.layers import fused_linear, pair, patch_grid
 from convinit.models.pretrained import PretrainedMixin
 from convinit.models.registry import register_model
 
@@ -268,9 +268,10 @@ class GPSA(nn.Module):
                 f"build the model with the img_size and patch_size of the input"
             )
         heads, head_dim = self.num_heads, dim // self.num_heads
-        qk = self.qk(x).reshape(batch, tokens, 2, heads, head_dim)
-        q, k = qk.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, d) each
-        v_tokens = self.v(x).reshape(batch, tokens, heads, head_dim)  # (B, N, H, d)
+        qkv = F.linear(x, *fused_linear(self.qk, self.v))  # one GEMM for q, k and v: (B, N, 3D)
+        qkv = qkv.reshape(batch, tokens, 3, heads, head_dim)
+        q, k = qkv[:, :, :2].permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, d) each
+        v_tokens = qkv[:, :, 2]  # (B, N, H, d)
         v = v_tokens.transpose(1, 2)  # (B, H, N, d)
         gate = self.gates()  # (H,)
         positional = self.positional_attention()  # (H, N, N)

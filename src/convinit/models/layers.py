@@ -60,6 +60,18 @@ def posemb_sincos_2d(rows: int, cols: int, dim: int, temperature: float = 10000.
     return torch.cat((x.sin(), x.cos(), y.sin(), y.cos()), dim=1).float()
 
 
+def fused_linear(*layers: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Weight and bias of several linear layers on the same input stacked as one: one GEMM instead of
+    several (the copy of the weights is tiny beside the activations), parameters kept as they are."""
+    weight = torch.cat([layer.weight for layer in layers])
+    if all(layer.bias is None for layer in layers):
+        return weight, None
+    biases = [
+        layer.bias if layer.bias is not None else weight.new_zeros(layer.out_features) for layer in layers
+    ]
+    return weight, torch.cat(biases)
+
+
 class FeedForward(nn.Module):
     """Pre-norm MLP: LN -> Linear -> GELU -> Linear."""
 
@@ -104,8 +116,13 @@ class Attention(nn.Module):
         return self.split_heads(q), self.split_heads(k)  # (B, H, N, d) each
 
     def forward(self, x: torch.Tensor, qk_input: torch.Tensor | None = None) -> torch.Tensor:
-        q, k = self.queries_keys(x if qk_input is None else qk_input)
-        v = self.split_heads(self.to_v(x))
+        if qk_input is None:  # q, k and v from the same input: one GEMM
+            q, k, v = (
+                self.split_heads(t) for t in F.linear(x, *fused_linear(self.to_qk, self.to_v)).chunk(3, -1)
+            )
+        else:
+            q, k = self.queries_keys(qk_input)
+            v = self.split_heads(self.to_v(x))
         if self.record:
             attn = torch.softmax((q @ k.transpose(-2, -1)) * self.scale, dim=-1)  # (B, H, N, N)
             self.attention_map = attn.detach()
