@@ -338,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--models", help="comma-separated (default: vit_tiny_patch2_32,convit_tiny_patch2_32,"
                        "simplevit,convmixer)")  # fmt: skip
-    bench.add_argument("--batch-size", type=int, help="default: 32 on a CPU, 512 on a GPU")
+    bench.add_argument("--batch-size", type=int, help="default: 16 on a CPU, 512 on a GPU")
     bench.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     bench.add_argument("--precision", default="fp32", help="fp32, bf16 or fp16 (autocast)")
     bench.add_argument("--compile", default="off", help="torch.compile the convinit models: off, on, both")
