@@ -37,26 +37,37 @@ def closed_form_impulse(model_name: str = "vit_tiny_patch2_32") -> dict[str, Any
     }
 
 
-def optimizer_impulse(steps: int = 50, model_name: str = "vit_tiny_patch2_32") -> dict[str, Any]:
-    """Paper 1's recipe (Adam lr 1e-4, renormalise every 100 steps, scale 0.1) on layer 0, `steps` steps."""
+def optimizer_impulse(
+    steps: int = 50,
+    lr: float = 1e-4,
+    scale: float = 0.1,
+    kernel_size: int = 5,
+    offsets: str = "random",
+    model_name: str = "vit_tiny_patch2_32",
+) -> dict[str, Any]:
+    """Paper 1's recipe (Adam, renormalise every 100 steps; defaults lr 1e-4, scale 0.1) on layer 0 of
+    a blend-alpha-0 ViT (X = P) for `steps` steps, after a 5-step untimed warm-up; time and fit."""
     model = create_model(model_name, qk_input="blend", alpha=0.0)
     attn = model.blocks[0].attn
     generator = torch.Generator().manual_seed(0)
-    targets = Targets.build(layer_offsets("random", 5, 0, attn.heads, generator), model.grid)
-    optimize_factors(model.pos_embedding, targets, attn.dim_head, 0.1, 5, 1e-4, 100, generator)  # warm-up
+    targets = Targets.build(layer_offsets(offsets, kernel_size, 0, attn.heads, generator), model.grid)
+    optimize_factors(model.pos_embedding, targets, attn.dim_head, scale, 5, lr, 100, generator)  # warm-up
     start = time.perf_counter()
     wq, wk, _ = optimize_factors(
-        model.pos_embedding, targets, attn.dim_head, 0.1, steps, 1e-4, 100, generator
+        model.pos_embedding, targets, attn.dim_head, scale, steps, lr, 100, generator
     )
     seconds = time.perf_counter() - start
     x = model.pos_embedding.double()
-    maps = torch.softmax((x @ wq.double()) @ (x @ wk.double()).transpose(1, 2) * 0.1, dim=-1)  # (H, N, N)
+    maps = torch.softmax((x @ wq.double()) @ (x @ wk.double()).transpose(1, 2) * scale, dim=-1)  # (H, N, N)
     quality = map_quality(maps, targets)
     return {
         "steps": steps,
+        "seconds": seconds,
         "seconds_per_step": seconds / steps,
         "projected_paper_seconds_per_layer": seconds / steps * PAPER_STEPS,
         "mean_mass": sum(quality["mass"]) / attn.heads,
+        "argmax_agreement": sum(quality["argmax_agreement"]) / attn.heads,
+        "mse": sum(quality["mse"]) / attn.heads,
     }
 
 
