@@ -211,19 +211,14 @@ def grouped_conv_backward_flop(
 
 
 def count_train_flops(model: nn.Module, setup: StepSetup) -> int:
-    """FLOPs of one eager training step (forward + backward) at `setup`'s batch size."""
+    """FLOPs of one eager training step (forward + backward; the fused optimiser op is not counted) at
+    `setup`'s batch size."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    eager = StepSetup(setup.batch_size, setup.device, setup.dtype, False, setup.channels_last)
-    runner, owner = prepared(model, eager)
-    owner.train()
-    images, labels = random_batch(eager)
+    step = TrainStep(model, replace(setup, compile=False))
     mapping = {torch.ops.aten.convolution_backward: grouped_conv_backward_flop}
     with FlopCounterMode(display=False, custom_mapping=mapping) as counter:
-        with torch.autocast(setup.device.type, dtype=setup.dtype, enabled=setup.dtype is not None):
-            loss = F.cross_entropy(runner(images).float(), labels)
-        loss.backward()
-    owner.zero_grad(set_to_none=True)
+        step()
     return int(counter.get_total_flops())
 
 

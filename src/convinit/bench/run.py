@@ -81,7 +81,7 @@ def timm_available() -> bool:
     return True
 
 
-def cases_for(spec: BenchModel, options: BenchOptions, setup: StepSetup) -> dict[str, dict[str, Any]]:
+def cases_for(spec: BenchModel, options: BenchOptions) -> dict[str, dict[str, Any]]:
     """The rows of one group: label -> {impl, compile, model builder}."""
     rows: dict[str, dict[str, Any]] = {}
     for compiled in {"off": [False], "on": [True], "both": [False, True]}[options.compile]:
@@ -109,13 +109,13 @@ def bench_group(
     """Train and inference throughput of one group, timed interleaved with the matmul that measures the
     machine's rate in the same minutes (a shared CPU's speed drifts); FLOPs per training step."""
     torch.manual_seed(0)
-    rows = cases_for(spec, options, setup)
+    rows = cases_for(spec, options)
     channels_last = options.channels_last and spec.name == "convmixer"
     steps: dict[str, TrainStep] = {}
     cases = {"matmul": square_matmul(setup.device, setup.dtype or torch.float32)}
     flops = {}
     for label, row in rows.items():
-        row_setup = StepSetup(setup.batch_size, setup.device, setup.dtype, row["compile"], channels_last)
+        row_setup = replace(setup, compile=row["compile"], channels_last=channels_last)
         flops[label] = train_flops(row["build"], row_setup)
         steps[label] = TrainStep(row["build"](), row_setup)
         cases[f"{label}/train"] = steps[label]
