@@ -21,6 +21,7 @@ from convinit.bench.models import (
     grouped_conv_backward_flop,
     train_flops,
 )
+from convinit.bench.run import ratios
 from convinit.bench.timing import interleaved_medians
 from convinit.cli import main
 
@@ -105,6 +106,24 @@ def test_bench_json_has_every_figure_the_benchmarks_page_quotes(capsys, tmp_path
     assert result["impulse_init"]["closed_form"]["mean_mass"] > 0.9
     assert result["gpsa"]["gpsa_ms"] > 0 and result["matmul"]["tflop_per_s"] > 0
     assert result["machine"]["torch"] == torch.__version__
+
+
+def test_ratios_compare_the_compiled_row_when_only_compiled_convinit_was_measured():
+    def row(label: str, train: float) -> dict:
+        return {"model": "m", "row": label, "train_images_per_s": train, "infer_images_per_s": 2 * train}
+
+    both = ratios([row("convinit", 10.0), row("convinit compiled", 12.0), row("timm", 8.0)], None)
+    assert both == {
+        "m: train convinit/timm": 1.25,
+        "m: infer convinit/timm": 1.25,
+        "m: train compiled/eager": 1.2,
+    }
+    compiled_only = ratios([row("convinit compiled", 12.0), row("timm", 8.0)], {"images_per_s": 120.0})
+    assert compiled_only == {
+        "m: train convinit/timm": 1.5,
+        "m: infer convinit/timm": 1.5,
+        "m: data pipeline/train": 10.0,
+    }
 
 
 def test_bench_table_and_one_epoch_on_device_resident_data(capsys):

@@ -147,13 +147,16 @@ def bench_group(
 
 
 def ratios(rows: list[dict[str, Any]], pipeline: dict[str, Any] | None) -> dict[str, float]:
-    """The headline figures: convinit over timm, ConViT over its same-shape ViT, pipeline over training."""
+    """The headline figures: convinit over timm, ConViT over its same-shape ViT, pipeline over training.
+
+    convinit's row is the eager one, or the compiled one when only that was measured (`compile=on`).
+    """
     out: dict[str, float] = {}
     by_model: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
         by_model.setdefault(row["model"], {})[row["row"]] = row
     for model, group in by_model.items():
-        ours = group.get("convinit")
+        ours = group.get("convinit", group.get("convinit compiled"))
         if ours is None:
             continue
         if "timm" in group:
@@ -164,7 +167,7 @@ def ratios(rows: list[dict[str, Any]], pipeline: dict[str, Any] | None) -> dict[
             if label.startswith("same-shape ViT"):
                 speed = ours["train_images_per_s"] / row["train_images_per_s"]
                 out[f"{model}: train over its {label}"] = speed
-        if "convinit compiled" in group:
+        if "convinit compiled" in group and "convinit" in group:
             out[f"{model}: train compiled/eager"] = (
                 group["convinit compiled"]["train_images_per_s"] / ours["train_images_per_s"]
             )
