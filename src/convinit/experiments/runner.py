@@ -53,18 +53,6 @@ def write_experiment_record(spec: RunSpec, run_dir: Path) -> None:
     (run_dir / "experiment.json").write_text(json.dumps(record, indent=1))
 
 
-def run_one(spec: RunSpec, run_dir: Path, progress: bool = True) -> str:
-    """Train (or resume, or skip) one run in this process; returns what was done."""
-    state = run_state(run_dir)
-    if state == "finished":
-        return "skipped"
-    write_experiment_record(spec, run_dir)
-    train(
-        spec.config if state == "new" else None, run_dir=run_dir, resume=state == "partial", progress=progress
-    )
-    return "resumed" if state == "partial" else "trained"
-
-
 def subprocess_command(run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "convinit", "train", "--no-progress", "--resume", str(run_dir)]
 
