@@ -218,20 +218,6 @@ def test_channels_last_convmixer_trains_like_the_default_layout(tmp_path, monkey
         assert last.metrics[-1][key] == pytest.approx(plain.metrics[-1][key], abs=1e-5), key
 
 
-@pytest.mark.parametrize(
-    "override, message",
-    [
-        ("precision=fp8", "config key 'precision' must be one of auto, fp32, bf16, fp16, got 'fp8'"),
-        ("compile=maybe", "config key 'compile' must be true or false"),
-        ("channels_last=1", "config key 'channels_last' must be true or false"),
-    ],
-)
-def test_bad_speed_option_is_a_one_line_config_error(override, message):
-    with pytest.raises(ConfigError) as info:
-        resolve_config(None, [override])
-    assert message in str(info.value) and "\n" not in str(info.value)
-
-
 def test_model_without_a_kernel_for_the_autocast_dtype_is_told_to_use_fp32(tiny_overrides):
     class NoHalfMatmul(nn.Module):  # what an op without a float16 CPU kernel raises
         def forward(self, images):
