@@ -13,9 +13,7 @@ import torch
 from convinit.bench.models import INPUT, NUM_CLASSES
 from convinit.bench.timing import interleaved_medians
 from convinit.data import BatchAugment, DeviceLoader, MixupCutmix
-
-CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR_STD = (0.2470, 0.2435, 0.2616)
+from convinit.data.cifar import CIFAR_MEAN, CIFAR_STD
 
 
 def full_augmentation(device: torch.device) -> tuple[BatchAugment, MixupCutmix]:
