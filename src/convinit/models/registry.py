@@ -15,12 +15,18 @@ import torch.nn as nn
 from convinit.errors import ConfigError
 
 _MODELS: dict[str, Callable[..., nn.Module]] = {}
+# Every preset takes these three, each with its own default (timm's constructor convention).
+SHAPE_ARGUMENTS = ("num_classes", "img_size", "in_chans")
 
 
 def register_model(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
     """Register `fn` under its own name; the function builds one named preset."""
     if fn.__name__ in _MODELS:
         raise ValueError(f"model {fn.__name__!r} is registered twice")
+    params = inspect.signature(fn).parameters
+    missing = [k for k in SHAPE_ARGUMENTS if k not in params or params[k].default is inspect.Parameter.empty]
+    if missing:
+        raise ValueError(f"model {fn.__name__!r} needs a default for {', '.join(missing)}")
     _MODELS[fn.__name__] = fn
     return fn
 
@@ -45,21 +51,31 @@ def model_arguments(name: str) -> dict[str, inspect.Parameter]:
 
 
 def create_model(
-    name: str, num_classes: int = 10, img_size: int | tuple[int, int] = 32, in_chans: int = 3, **kwargs
+    name: str,
+    num_classes: int | None = None,
+    img_size: int | tuple[int, int] | None = None,
+    in_chans: int | None = None,
+    **kwargs,
 ) -> nn.Module:
     """Build the registered model `name`.
 
-    Keyword arguments override the preset's defaults; one it does not accept is a `ConfigError`
-    naming the accepted ones. The returned model carries `model.model_name` and `model.model_kwargs`
+    `num_classes`, `img_size` and `in_chans` default to the preset's own (`convit_tiny` is timm's
+    224 px, 1,000-class model; `convit_tiny_patch2_32` a 32 px, 10-class one), so a preset built without
+    arguments has the shape its name promises and loads that model's weights. Keyword arguments override
+    the preset's defaults; one it does not accept is a `ConfigError` naming the accepted ones. The
+    returned model carries `model.model_name` and `model.model_kwargs` (every shape argument resolved)
     so that it can be rebuilt from a saved config.
     """
     fn = model_entrypoint(name)
     accepted = model_arguments(name)
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown:
-        options = ", ".join(k for k in accepted if k not in ("num_classes", "img_size", "in_chans"))
+        options = ", ".join(k for k in accepted if k not in SHAPE_ARGUMENTS)
         raise ConfigError(f"model {name!r} takes no argument {', '.join(unknown)}; it accepts: {options}")
-    model = fn(num_classes=num_classes, img_size=img_size, in_chans=in_chans, **kwargs)
+    given = {"num_classes": num_classes, "img_size": img_size, "in_chans": in_chans}
+    shape = {key: value for key, value in given.items() if value is not None}
+    shape = {key: accepted[key].default for key in SHAPE_ARGUMENTS} | shape
+    model = fn(**shape, **kwargs)
     model.model_name = name
-    model.model_kwargs = dict(kwargs, num_classes=num_classes, img_size=img_size, in_chans=in_chans)
+    model.model_kwargs = dict(kwargs, **shape)
     return model
