@@ -6,6 +6,7 @@ split 80/20, stratified with a fixed seed. Images are decoded once; all share th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,19 @@ def missing_folder_files(root: Path) -> list[str]:
     return [] if has_images else ["class folders with images (DIR/<class>/*.png or DIR/train/<class>/...)"]
 
 
-def read_folder(root: Path, download: bool = False) -> ImageDataset:
+@dataclass
+class FolderSplits:
+    """The files of a class-per-folder dataset, split, before any decoding (the streamed path reads these)."""
+
+    classes: list[str]
+    train_paths: list[Path]
+    train_labels: list[int]
+    test_paths: list[Path]
+    test_labels: list[int]
+
+
+def folder_splits(root: Path) -> FolderSplits:
+    """List DIR/train + DIR/test (or val), or split DIR/<class> 80/20 per class with a fixed seed."""
     splits = split_dirs(root)
     classes = [p.name for p in class_folders(splits[0] if splits else root)]
     if splits:
@@ -64,6 +77,13 @@ def read_folder(root: Path, download: bool = False) -> ImageDataset:
     if not train_paths or not test_paths:
         raise DataError(f"{root}: need images in both a training and a test split (found {len(train_paths)} "
                         f"and {len(test_paths)}); add more images per class or a test/ folder")  # fmt: skip
+    return FolderSplits(classes, train_paths, train_labels, test_paths, test_labels)
+
+
+def read_folder(root: Path, download: bool = False) -> ImageDataset:
+    files = folder_splits(root)
+    classes, train_paths, train_labels = files.classes, files.train_paths, files.train_labels
+    test_paths, test_labels = files.test_paths, files.test_labels
     grayscale = all_grayscale(train_paths + test_paths)  # headers only: cheap, and no class is missed
     train_images = decode_images(train_paths, grayscale=grayscale)
     test_images = decode_images(test_paths, size=tuple(train_images.shape[2:]), grayscale=grayscale)

@@ -1,0 +1,133 @@
+"""The streamed data path: timm's DeiT transforms per sample, repeated augmentation, exact resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from convinit.data.folder import folder_splits
+from convinit.data.loader import DeviceLoader
+from convinit.data.stream import (
+    StreamingImages,
+    StreamLoader,
+    StreamRecipe,
+    choose_data_mode,
+    epoch_order,
+    sample_seed,
+    seed_sample,
+)
+
+timm_data = pytest.importorskip("timm.data")
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+SIZES = [(40, 30), (64, 48), (33, 57), (90, 40), (50, 50)]  # (width, height): mixed sizes and aspect ratios
+
+
+@pytest.fixture(scope="module")
+def imagenet_style(tmp_path_factory) -> Path:
+    """An ImageNet-style folder: train/ and val/ with 20 class folders of JPEGs of varied sizes."""
+    root = tmp_path_factory.mktemp("imagenet")
+    rng = np.random.default_rng(0)
+    for split, per_class in (("train", 3), ("val", 1)):
+        for c in range(20):
+            folder = root / split / f"n{c:08d}"
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                width, height = SIZES[(c + i) % len(SIZES)]
+                pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"img{i}.JPEG", quality=90)
+    return root
+
+
+def streamed(root: Path, split: str = "train", **recipe) -> StreamingImages:
+    files = folder_splits(root)
+    recipe = StreamRecipe(img_size=32, mean=MEAN, std=STD, **recipe)
+    transform = recipe.train_transform() if split == "train" else recipe.eval_transform()
+    paths, labels = (
+        (files.train_paths, files.train_labels) if split == "train" else (files.test_paths, files.test_labels)
+    )
+    return StreamingImages(paths, labels, transform)
+
+
+def test_train_transform_is_timms_deit_transform(imagenet_style):
+    data = streamed(imagenet_style)
+    reference = timm_data.create_transform(
+        (3, 32, 32), is_training=True, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25, re_mode="pixel",
+        interpolation="bicubic", mean=MEAN, std=STD,
+    )  # fmt: skip
+    for index in range(5):
+        ours, _ = data[index, 1234 + index]
+        seed_sample(1234 + index)
+        with Image.open(data.paths[index]) as img:
+            theirs = reference(img.convert("RGB"))
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
+def test_images_of_any_size_come_out_cropped_and_each_sample_differently(imagenet_style):
+    data = streamed(imagenet_style)
+    crops = [data[i, sample_seed(0, 0, i)][0] for i in range(len(SIZES))]
+    assert all(c.shape == (3, 32, 32) for c in crops)
+    first, again = data[0, sample_seed(0, 0, 0)][0], data[0, sample_seed(0, 0, 1)][0]
+    assert not torch.equal(first, again)
+
+
+def test_evaluation_resizes_the_short_side_by_crop_pct_then_centre_crops(imagenet_style):
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as F
+
+    data = streamed(imagenet_style, split="test")
+    for index in range(3):
+        ours, _ = data[index, 0]
+        with Image.open(data.paths[index]) as img:
+            resized = F.resize(img.convert("RGB"), int(32 / 0.875), InterpolationMode.BICUBIC)
+            expected = F.normalize(F.to_tensor(F.center_crop(resized, [32, 32])), MEAN, STD)
+        torch.testing.assert_close(ours, expected)
+
+
+def test_without_repeats_the_epoch_order_is_the_device_loaders():
+    labels = torch.arange(23)
+    for rank in range(2):
+        device = DeviceLoader(labels[:, None], labels, 4, shuffle=True, drop_last=True, seed=5, rank=rank,
+                              world_size=2)  # fmt: skip
+        device.set_epoch(3)
+        ours = [index for index, _ in epoch_order(23, 5, 3, True, rank, 2, repeats=1, drop_last=True)]
+        assert ours == device.order().tolist()
+
+
+def test_repeated_augmentation_puts_each_images_copies_on_different_ranks_and_keeps_epoch_length():
+    n, ranks = 30, 3
+    orders = [epoch_order(n, 0, 1, True, rank, ranks, repeats=3, drop_last=True) for rank in range(ranks)]
+    assert all(len(order) == n // ranks for order in orders)  # the epoch is no longer than without repeats
+    for step in range(n // ranks):
+        images = {orders[rank][step][0] for rank in range(ranks)}
+        assert len(images) == 1  # the three copies of one image, one per rank, at the same step
+    positions = [pos for order in orders for _, pos in order]
+    assert len(set(positions)) == len(positions)  # so every copy gets its own augmentation seed
+
+
+def test_resumed_epoch_sees_the_same_batches_whatever_the_worker_count(imagenet_style):
+    data = streamed(imagenet_style)
+    whole = StreamLoader(data, batch_size=8, seed=3, shuffle=True, drop_last=True, repeats=3)
+    whole.set_epoch(2)
+    expected = list(whole)
+    resumed = StreamLoader(data, batch_size=8, seed=3, shuffle=True, drop_last=True, repeats=3, num_workers=2)
+    resumed.set_epoch(2)
+    resumed.start_batch = 2
+    got = list(resumed)
+    assert len(got) == len(expected) - 2
+    for (images, labels), (want_images, want_labels) in zip(got, expected[2:], strict=True):
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+    assert len(list(resumed)) == len(expected)  # start_batch applies to one epoch only
+
+
+def test_auto_mode_keeps_data_on_the_device_only_below_the_budget():
+    assert choose_data_mode("auto", 10, 100)[0] == "device"
+    assert choose_data_mode("auto", 101, 100)[0] == "stream"
+    mode, why = choose_data_mode("stream", 10, 100)
+    assert mode == "stream" and "data_mode=stream" in why
+    with pytest.raises(ValueError, match="auto, device or stream"):
+        choose_data_mode("disk", 1, 1)
