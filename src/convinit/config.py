@@ -28,6 +28,7 @@ CHOICES = {
     "precision": ("auto", "fp32", "bf16", "fp16"),
     "subset_order": ("random", "first"),
     "on_nonfinite": ("stop", "skip"),
+    "randaugment_policy": ("timm", "torchvision"),
 }
 
 
@@ -69,10 +70,14 @@ class TrainConfig:
     distill_weight: float = 0.5  # loss = (1 - w) * CE(targets) + w * CE(teacher argmax)
     # augmentation (applied on the device, see convinit.data.augment)
     crop_padding: int = 0
+    resized_crop_scale: float | None = None  # RandomResizedCrop's smallest area fraction (DeiT: 0.08)
     hflip: bool = False
     randaugment_n: int = 0
     randaugment_m: float = 9.0
     randaugment_mstd: float = 0.0
+    # whose RandAugment definitions: timm's (DeiT; m on a 0-10 scale, each op with probability 0.5) or
+    # torchvision's (paper 1's RandAugment(2, 14); m a magnitude bin on a 0-30 scale)
+    randaugment_policy: str = "timm"
     random_erasing: float = 0.0
     mixup: float = 0.0
     cutmix: float = 0.0
@@ -268,6 +273,8 @@ def check_values(cfg: TrainConfig) -> None:
         value = getattr(cfg, key)
         if value is not None and not 0 <= value < 1:
             raise ConfigError(f"config key {key!r} must be in [0, 1), got {value}")
+    if cfg.resized_crop_scale is not None and not 0 < cfg.resized_crop_scale <= 1:
+        raise ConfigError(f"config key 'resized_crop_scale' must be in (0, 1], got {cfg.resized_crop_scale}")
     if cfg.train_fraction is not None and not 0 < cfg.train_fraction <= 1:
         raise ConfigError(f"config key 'train_fraction' must be in (0, 1], got {cfg.train_fraction}")
     if cfg.train_fraction is not None and cfg.per_class is not None:
@@ -276,10 +283,29 @@ def check_values(cfg: TrainConfig) -> None:
         raise ConfigError(f"config key 'img_size' must be a positive integer, got {cfg.img_size}")
     if cfg.warmup_epochs >= cfg.epochs and cfg.warmup_epochs > 0:
         raise ConfigError(f"warmup_epochs ({cfg.warmup_epochs}) must be shorter than epochs ({cfg.epochs})")
-    if cfg.randaugment_n and not 0 < cfg.randaugment_m < 30:
-        raise ConfigError(f"randaugment_m must be in (0, 30), got {cfg.randaugment_m}")
+    check_randaugment(cfg)
     if cfg.device != "auto" and cfg.device.split(":")[0] not in ("cpu", "cuda", "mps"):
         raise ConfigError(f"device must be auto, cpu, cuda[:N] or mps, got {cfg.device!r}")
+
+
+def check_randaugment(cfg: TrainConfig) -> None:
+    """m is read on the scale of the policy's definitions: timm's 0-10, torchvision's bins 0-30."""
+    if not cfg.randaugment_n:
+        return
+    if cfg.randaugment_policy == "timm" and not 0 < cfg.randaugment_m <= 10:
+        raise ConfigError(
+            f"randaugment_m must be in (0, 10] on timm's scale, got {cfg.randaugment_m}; "
+            "for torchvision's 0-30 scale set randaugment_policy=torchvision"
+        )
+    if cfg.randaugment_policy == "torchvision":
+        if cfg.randaugment_m != int(cfg.randaugment_m) or not 0 <= cfg.randaugment_m <= 30:
+            raise ConfigError(
+                f"randaugment_m must be an integer bin in [0, 30] for torchvision, got {cfg.randaugment_m}"
+            )
+        if cfg.randaugment_mstd:
+            raise ConfigError(
+                "randaugment_mstd is timm's magnitude noise; torchvision's RandAugment has none"
+            )
 
 
 def build_config(values: dict[str, Any]) -> TrainConfig:

@@ -445,6 +445,8 @@ def train(
         randaugment_m=cfg.randaugment_m,
         randaugment_mstd=cfg.randaugment_mstd,
         random_erasing=cfg.random_erasing,
+        randaugment_policy=cfg.randaugment_policy,
+        resized_crop_scale=cfg.resized_crop_scale,
     ).to(device)
     eval_transform = BatchAugment(dataset.mean, dataset.std, out_size).to(device)
     mix = MixupCutmix(dataset.num_classes, cfg.mixup, cfg.cutmix)
