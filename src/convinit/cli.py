@@ -199,6 +199,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         repeats=args.repeats,
         pipeline=not args.no_pipeline,
+        stream_workers=[int(n) for n in args.stream_workers.split(",") if n] if args.stream_workers else [],
         costs=not args.no_costs,
         epoch=args.epoch,
         epoch_images=args.epoch_images,
@@ -346,7 +347,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-timm", action="store_true", help="skip the timm twins")
     bench.add_argument("--warmup", type=int, default=1, help="untimed calls per case (default 1)")
     bench.add_argument("--repeats", type=int, default=5, help="timed rounds; the median is reported")
-    bench.add_argument("--no-pipeline", action="store_true", help="skip the data pipeline")
+    bench.add_argument("--no-pipeline", action="store_true", help="skip the data pipelines")
+    bench.add_argument(
+        "--stream-workers", default="0,2", help="worker counts for the streamed path ('' skips)"
+    )
     bench.add_argument("--no-costs", action="store_true", help="skip impulse init and GPSA timings")
     bench.add_argument("--epoch", action="store_true", help="also one CIFAR-10-shaped epoch per model")
     bench.add_argument("--epoch-images", type=int, default=50_000, help="images in that epoch")

@@ -87,7 +87,8 @@ def test_same_shape_vit_differs_from_convit_only_in_gpsa():
 
 def test_bench_json_has_every_figure_the_benchmarks_page_quotes(capsys, tmp_path):
     out = tmp_path / "bench.json"
-    assert main(["bench", "--models", "simplevit", *TINY, "--json", "--out", str(out)]) == 0
+    argv = ["bench", "--models", "simplevit", *TINY, "--stream-workers", "0", "--json", "--out", str(out)]
+    assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert json.loads(out.read_text()) == result
     rows = {row["row"]: row for row in result["models"]}
@@ -103,6 +104,7 @@ def test_bench_json_has_every_figure_the_benchmarks_page_quotes(capsys, tmp_path
     assert ours == pytest.approx(timms, rel=0.02)
     assert {"simplevit: train convinit/timm", "simplevit: data pipeline/train"} <= set(result["ratios"])
     assert result["pipeline"]["images_per_s"] > 0
+    assert result["stream"]["images_per_s"]["0"] > 0 and result["stream"]["img_size"] == 224
     assert result["impulse_init"]["closed_form"]["mean_mass"] > 0.9
     assert result["gpsa"]["gpsa_ms"] > 0 and result["matmul"]["tflop_per_s"] > 0
     assert result["machine"]["torch"] == torch.__version__

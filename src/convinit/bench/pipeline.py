@@ -1,7 +1,8 @@
 """The data pipeline alone: device-resident uint8 batches through the full augmentation preset.
 
-The preset is DeiT's (the heaviest convinit ships): random crop with 4 px padding, horizontal flip,
-RandAugment(2, m9, mstd 0.5), normalisation, random erasing 0.25, then mixup 0.8 / cutmix 1.0. The
+The preset is DeiT's (the heaviest convinit ships, as `deit.yaml` configures it): random resized crop,
+horizontal flip, timm's RandAugment(2, m9, mstd 0.5) per sample, normalisation, random erasing 0.25 with
+per-pixel noise, then mixup 0.8 / cutmix 1.0. The
 images are random CIFAR-shaped uint8 tensors: every operation's cost depends on the shape, not the
 pixels.
 """
@@ -21,12 +22,13 @@ def full_augmentation(device: torch.device) -> tuple[BatchAugment, MixupCutmix]:
         CIFAR_MEAN,
         CIFAR_STD,
         train=True,
-        crop_padding=4,
+        resized_crop_scale=0.08,
         hflip=True,
         randaugment_n=2,
         randaugment_m=9.0,
         randaugment_mstd=0.5,
         random_erasing=0.25,
+        randaugment_policy="timm",
     ).to(device)
     return augment, MixupCutmix(NUM_CLASSES, mixup_alpha=0.8, cutmix_alpha=1.0)
 

@@ -27,6 +27,7 @@ from convinit.bench.models import (
     train_flops,
 )
 from convinit.bench.pipeline import full_augmentation, pipeline_throughput, synthetic_dataset
+from convinit.bench.stream import stream_throughput
 from convinit.bench.timing import interleaved_medians, synchronize
 from convinit.data import DeviceLoader
 from convinit.errors import ConfigError
@@ -49,6 +50,7 @@ class BenchOptions:
     warmup: int = 1
     repeats: int = 5
     pipeline: bool = True
+    stream_workers: list[int] = field(default_factory=lambda: [0, 2])  # [] skips the streamed path
     costs: bool = True
     epoch: bool = False  # one CIFAR-10-shaped epoch (50,000 images) per model, data on the device
     epoch_images: int = 50_000
@@ -67,6 +69,8 @@ def check_options(options: BenchOptions) -> torch.device:
             raise ConfigError(f"{name} must be {'>= 0' if name == 'warmup' else '>= 1'}")
     if options.batch_size is not None and options.batch_size < 1:
         raise ConfigError(f"batch size must be >= 1, got {options.batch_size}")
+    if any(n < 0 for n in options.stream_workers):
+        raise ConfigError(f"stream worker counts must be >= 0, got {options.stream_workers}")
     if options.epoch_images < 1:
         raise ConfigError(f"epoch images must be >= 1, got {options.epoch_images}")
     bench_models(options.models)
@@ -224,6 +228,11 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
         say("timing the data pipeline")
         pipeline = pipeline_throughput(batch_size, device)
         result["pipeline"] = pipeline
+        if options.stream_workers and timm_available():
+            say("timing the streamed data path")
+            result["stream"] = stream_throughput(
+                options.stream_workers, warmup=options.warmup, repeats=options.repeats
+            )
     epochs = {}
     for spec in bench_models(options.models):
         say(f"timing {spec.name}")

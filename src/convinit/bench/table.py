@@ -33,6 +33,11 @@ def format_result(result: dict[str, Any]) -> str:
             f"data pipeline (DeiT augmentation + mixup/cutmix, batch {pipeline['batch_size']}): "
             f"{pipeline['images_per_s']:.0f} img/s",
         ]
+    if "stream" in result:
+        stream = result["stream"]
+        per_worker = ", ".join(f"{n} workers {v:.0f}" for n, v in stream["images_per_s"].items())
+        where = f"{stream['source']} -> DeiT transforms at {stream['img_size']} px"
+        lines.append(f"streamed path ({where}), img/s: {per_worker}")
     for name, epoch in result.get("epoch", {}).items():
         lines.append(
             f"one {settings['epoch_images']}-image epoch, {name} ({epoch['row']}): "
