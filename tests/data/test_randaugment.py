@@ -117,3 +117,13 @@ def test_random_erasing_fills_one_box_of_timms_size_with_noise_per_pixel():
 def test_batch_augment_refuses_an_unknown_randaugment_policy():
     with pytest.raises(ValueError, match="randaugment_policy must be one of timm, torchvision"):
         BatchAugment((0.5,), (0.25,), train=True, randaugment_n=2, randaugment_policy="kornia")
+
+
+def test_the_accelerators_path_without_host_reads_gives_the_cpu_paths_result():
+    augment = BatchRandAugment(2, 9, 0.5, fill=(0.4, 0.5, 0.6))
+    x = torch.rand(64, 3, 16, 16)
+    torch.manual_seed(3)
+    selected = augment(x)
+    augment.apply_on_selected = augment.apply_everywhere  # what a CUDA batch runs
+    torch.manual_seed(3)
+    assert torch.equal(augment(x), selected)

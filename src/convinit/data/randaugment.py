@@ -6,8 +6,9 @@ N(9, 0.5) clipped to [0, 10] on timm's 0-10 scale (m 9: rotations up to +-27 deg
 operations flip their sign with probability 0.5; geometric ones fill with the dataset mean.
 kornia's RandAugment, used before, reads m on a 0-30 scale, always applies the chosen operations and
 draws them once per call, and timm's own works on one PIL image at a time: this module is written by
-hand to apply timm's definitions per sample to a batch: each operation runs once, on the samples that
-drew it (one resampling for all geometric ones), so the cost is about that of two operations per image.
+hand to apply timm's definitions per sample to a batch: each operation runs once (one resampling for all
+geometric ones). On the CPU it runs on the samples that drew it; on an accelerator on the whole batch,
+kept where drawn (`torch.where`), so that nothing waits on the host.
 Pixel operations work on the 0-255 grid as PIL's do; tests compare each one with timm's PIL
 implementation.
 """
@@ -201,21 +202,36 @@ class BatchRandAugment(nn.Module):
     def one_op(self, x: torch.Tensor) -> torch.Tensor:
         b, _, h, w = x.shape
         op, applies, level, sign = self.draw(b, x.device)
-        out = x.clone()
         matrix = torch.eye(2, 3, device=x.device, dtype=x.dtype).repeat(b, 1, 1)
         for index, name in enumerate(self.ops):
             if name in GEOMETRIC_OPS:
                 chosen = (applies & (op == index)).view(-1, 1, 1)
                 matrix = torch.where(chosen, affine_matrix(name, level, sign, h, w), matrix)
         geometric = torch.tensor([name in GEOMETRIC_OPS for name in self.ops], device=x.device)
-        warped = (applies & geometric[op]).nonzero().squeeze(1)
-        if len(warped):  # one resampling for every sample that drew a geometric operation
-            out[warped] = warp(x[warped], matrix[warped], self.fill.to(x.dtype)).round()
-        for index, name in enumerate(self.ops):
-            chosen = (applies & (op == index)).nonzero().squeeze(1)
-            if name in PIXEL_OPS and len(chosen):  # each operation on the samples that drew it
-                out[chosen] = pixel_op(name, x[chosen], level[chosen], sign[chosen])
+        masks = [(applies & geometric[op], None)]
+        masks += [(applies & (op == i), name) for i, name in enumerate(self.ops) if name in PIXEL_OPS]
+        apply = self.apply_on_selected if x.device.type == "cpu" else self.apply_everywhere
+        out = x.clone()
+        for chosen, name in masks:  # name None: one resampling for every geometric operation
+            if name is None:
+                op_fn = lambda v, m, lv, sg: warp(v, m, self.fill.to(x.dtype)).round()  # noqa: E731
+            else:
+                op_fn = lambda v, m, lv, sg, name=name: pixel_op(name, v, lv, sg)  # noqa: E731
+            out = apply(out, x, chosen, op_fn, matrix, level, sign)
         return out
+
+    @staticmethod
+    def apply_on_selected(out, x, chosen, op_fn, matrix, level, sign) -> torch.Tensor:
+        """Run the operation on the samples that drew it (cheapest; finding them reads the device)."""
+        index = chosen.nonzero().squeeze(1)
+        if len(index):
+            out[index] = op_fn(x[index], matrix[index], level[index], sign[index])
+        return out
+
+    @staticmethod
+    def apply_everywhere(out, x, chosen, op_fn, matrix, level, sign) -> torch.Tensor:
+        """Run the operation on the whole batch and keep it where drawn: nothing waits on the host."""
+        return torch.where(per_sample(chosen), op_fn(x, matrix, level, sign), out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = (x * 255).round()  # PIL's operations act on the 0-255 grid
