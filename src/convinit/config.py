@@ -29,6 +29,7 @@ CHOICES = {
     "subset_order": ("random", "first"),
     "on_nonfinite": ("stop", "skip"),
     "randaugment_policy": ("timm", "torchvision"),
+    "data_mode": ("auto", "device", "stream"),
 }
 
 
@@ -49,6 +50,13 @@ class TrainConfig:
     train_fraction: float | None = None
     per_class: int | None = None
     subset_order: str = "random"
+    # where batches come from (convinit.train.data_source): the device-resident copy, or DataLoader
+    # workers streaming from disk; auto streams when the decoded set exceeds data_budget_gb
+    data_mode: str = "auto"
+    data_budget_gb: float | None = None  # None: half the training device's free memory
+    workers: int = 8  # streamed path: decoding processes (at most the CPU count)
+    repeated_aug: int = 1  # DeiT's repeated augmentation: each image this many times per epoch (DeiT: 3)
+    crop_pct: float = 0.875  # streamed evaluation: resize to img_size / crop_pct, centre-crop img_size
     # optimisation
     epochs: int = 20
     batch_size: int = 128
@@ -244,7 +252,7 @@ def check_values(cfg: TrainConfig) -> None:
             raise ConfigError(
                 f"config key {key!r} must be one of {', '.join(options)}, got {getattr(cfg, key)!r}"
             )
-    positive = ["epochs", "batch_size", "eval_batch_size"]
+    positive = ["epochs", "batch_size", "eval_batch_size", "repeated_aug"]
     for key in positive:
         if getattr(cfg, key) < 1:
             raise ConfigError(f"config key {key!r} must be at least 1, got {getattr(cfg, key)}")
@@ -273,6 +281,12 @@ def check_values(cfg: TrainConfig) -> None:
         value = getattr(cfg, key)
         if value is not None and not 0 <= value < 1:
             raise ConfigError(f"config key {key!r} must be in [0, 1), got {value}")
+    if not 0 < cfg.crop_pct <= 1:
+        raise ConfigError(f"config key 'crop_pct' must be in (0, 1], got {cfg.crop_pct}")
+    if cfg.workers < 0:
+        raise ConfigError(f"config key 'workers' must be 0 or more, got {cfg.workers}")
+    if cfg.data_budget_gb is not None and not cfg.data_budget_gb >= 0:
+        raise ConfigError(f"config key 'data_budget_gb' must be 0 or more, got {cfg.data_budget_gb}")
     if cfg.resized_crop_scale is not None and not 0 < cfg.resized_crop_scale <= 1:
         raise ConfigError(f"config key 'resized_crop_scale' must be in (0, 1], got {cfg.resized_crop_scale}")
     if cfg.train_fraction is not None and not 0 < cfg.train_fraction <= 1:

@@ -62,7 +62,7 @@ def test_train_transform_is_timms_deit_transform(imagenet_style):
     for index in range(5):
         ours, _ = data[index, 1234 + index]
         seed_sample(1234 + index)
-        with Image.open(data.paths[index]) as img:
+        with Image.open(data.source[index]) as img:
             theirs = reference(img.convert("RGB"))
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
 
@@ -82,20 +82,33 @@ def test_evaluation_resizes_the_short_side_by_crop_pct_then_centre_crops(imagene
     data = streamed(imagenet_style, split="test")
     for index in range(3):
         ours, _ = data[index, 0]
-        with Image.open(data.paths[index]) as img:
+        with Image.open(data.source[index]) as img:
             resized = F.resize(img.convert("RGB"), int(32 / 0.875), InterpolationMode.BICUBIC)
             expected = F.normalize(F.to_tensor(F.center_crop(resized, [32, 32])), MEAN, STD)
         torch.testing.assert_close(ours, expected)
 
 
-def test_without_repeats_the_epoch_order_is_the_device_loaders():
-    labels = torch.arange(23)
-    for rank in range(2):
-        device = DeviceLoader(labels[:, None], labels, 4, shuffle=True, drop_last=True, seed=5, rank=rank,
-                              world_size=2)  # fmt: skip
+def test_without_repeats_an_epoch_is_a_seeded_permutation_cut_and_dealt_to_ranks():
+    n, world = 23, 2
+    permutation = torch.randperm(n, generator=torch.Generator().manual_seed(5 * 100_003 + 3))
+    cut = permutation[: n - n % world]
+    for rank in range(world):
+        ours = [index for index, _ in epoch_order(n, 5, 3, True, rank, world, repeats=1, drop_last=True)]
+        assert ours == cut[rank::world].tolist()
+        device = DeviceLoader(torch.arange(n)[:, None], torch.arange(n), 4, shuffle=True, drop_last=True,
+                              seed=5, rank=rank, world_size=world)  # fmt: skip
         device.set_epoch(3)
-        ours = [index for index, _ in epoch_order(23, 5, 3, True, rank, 2, repeats=1, drop_last=True)]
-        assert ours == device.order().tolist()
+        assert device.order().tolist() == ours  # both data modes see the same samples
+
+
+def test_device_loader_repeats_and_resumes_as_the_streamed_one():
+    labels = torch.arange(40)
+    loader = DeviceLoader(labels[:, None], labels, 6, shuffle=True, drop_last=True, seed=1, repeats=3)
+    loader.set_epoch(2)
+    whole = [batch_labels.tolist() for _, batch_labels in loader]
+    assert len(whole) == 40 // 6 and whole[0][:3] == [whole[0][0]] * 3  # each image three times in a row
+    loader.start_batch = 2
+    assert [batch_labels.tolist() for _, batch_labels in loader] == whole[2:]
 
 
 def test_repeated_augmentation_puts_each_images_copies_on_different_ranks_and_keeps_epoch_length():

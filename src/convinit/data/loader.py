@@ -8,6 +8,10 @@ Distributed (`rank`, `world_size`): rank r takes positions r, r + W, r + 2W, ...
 Without `drop_last` the shards partition the data exactly (evaluation counts every sample once; ranks
 may differ by one sample). With `drop_last` (training) the order is first cut to a multiple of W, so
 every rank gets n // W samples and takes the same number of steps, which DDP's all-reduce requires.
+
+Repeated augmentation (`repeats` > 1, DeiT's RASampler) and `start_batch` (resuming mid-epoch without
+touching the skipped batches) behave exactly as in the streamed loader (`data/stream.py`), whose
+`epoch_order` both use, so a run sees the same samples in either data mode.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class DeviceLoader:
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
+        repeats: int = 1,
     ):
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
@@ -46,26 +51,27 @@ class DeviceLoader:
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
+        self.repeats = repeats
         self.epoch = 0
+        self.start_batch = 0  # skip this many batches of the next epoch (resuming mid-epoch)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def order(self) -> torch.Tensor:
         """This epoch's sample order (this rank's share of it when distributed)."""
+        from convinit.data.stream import epoch_order
+
         n = len(self.labels)
-        if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-            order = torch.randperm(n, generator=generator)
-        else:
-            order = torch.arange(n)
-        if self.drop_last:
-            order = order[: n - n % self.world_size]  # the same number of samples on every rank
-        return order[self.rank :: self.world_size].to(self.images.device)
+        args = (self.shuffle, self.rank, self.world_size, self.repeats, self.drop_last)
+        indices = [index for index, _ in epoch_order(n, self.seed, self.epoch, *args)]
+        return torch.tensor(indices, dtype=torch.long).to(self.images.device)
 
     def shard_size(self) -> int:
         """Number of samples this rank sees per epoch."""
         n = len(self.labels)
+        if self.repeats > 1:
+            return len(self.order())
         return n // self.world_size if self.drop_last else len(range(self.rank, n, self.world_size))
 
     def __len__(self) -> int:
@@ -73,7 +79,7 @@ class DeviceLoader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        order = self.order()
-        for i in range(len(self)):
+        order, start, self.start_batch = self.order(), self.start_batch, 0
+        for i in range(start, len(self)):
             idx = order[i * self.batch_size : (i + 1) * self.batch_size]
             yield self.images[idx], self.labels[idx]

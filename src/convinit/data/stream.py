@@ -98,25 +98,40 @@ def sample_seed(seed: int, epoch: int, position: int) -> int:
 
 
 class StreamingImages(Dataset):
-    """Image files decoded one at a time; indexed by (file index, augmentation seed)."""
+    """Images decoded one at a time, indexed by (image index, augmentation seed).
 
-    def __init__(self, paths: Sequence[Path], labels: Sequence[int], transform: Callable, in_chans: int = 3):
-        if len(paths) != len(labels):
-            raise ValueError(f"{len(paths)} images but {len(labels)} labels")
-        self.paths = [str(p) for p in paths]
+    `source` is a list of image files (kept at their own size until the crop), or a uint8 (N, C, H, W)
+    tensor of a dataset that a reader decoded whole (IDX, CIFAR), served the same way.
+    """
+
+    def __init__(
+        self,
+        source: Sequence[Path] | torch.Tensor,
+        labels: Sequence[int],
+        transform: Callable,
+        in_chans: int = 3,
+    ):
+        if len(source) != len(labels):
+            raise ValueError(f"{len(source)} images but {len(labels)} labels")
+        self.source = source if isinstance(source, torch.Tensor) else [str(p) for p in source]
         self.labels = torch.as_tensor(labels, dtype=torch.long)
         self.transform = transform
         self.mode = "L" if in_chans == 1 else "RGB"
 
     def __len__(self) -> int:
-        return len(self.paths)
+        return len(self.source)
+
+    def image(self, index: int) -> Image.Image:
+        if isinstance(self.source, torch.Tensor):
+            pixels = self.source[index].permute(1, 2, 0).numpy()  # (H, W, C)
+            return Image.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels).convert(self.mode)
+        with Image.open(self.source[index]) as img:
+            return img.convert(self.mode)
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         index, seed = key
         seed_sample(seed)
-        with Image.open(self.paths[index]) as img:
-            image = img.convert(self.mode)
-        return self.transform(image), self.labels[index]
+        return self.transform(self.image(index)), self.labels[index]
 
 
 def epoch_order(

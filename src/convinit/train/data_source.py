@@ -1,0 +1,247 @@
+"""Where a run's batches come from: the device-resident path or the streamed one (`data_mode`).
+
+`device` decodes the training set once and keeps it on the training device (fast for small sets);
+`stream` reads images in DataLoader workers with timm's per-sample transforms (any size of dataset);
+`auto` keeps data on the device when its decoded size fits `data_budget_gb` (default: half the free
+memory of the training device) and streams otherwise, and says which it chose and why. Both give the
+loop the same thing: batches, a transform that makes a batch the model's input on the device, and the
+dataset's shape, so the loop does not know which path it reads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from PIL import Image
+
+from convinit.config import TrainConfig
+from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
+from convinit.data.folder import FolderSplits, folder_splits
+from convinit.data.image_files import GRAYSCALE_MODES
+from convinit.data.stream import StreamingImages, StreamLoader, StreamRecipe, choose_data_mode, decoded_bytes
+
+# A folder is streamed with ImageNet's statistics: computing its own would decode every image.
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+HEADER_SAMPLE = 256  # image headers read to estimate a folder's decoded size and channels
+
+
+@dataclass
+class DataSource:
+    """A run's data, whichever path serves it."""
+
+    mode: str  # device or stream
+    reason: str
+    train: DeviceLoader | StreamLoader
+    test: DeviceLoader | StreamLoader
+    augment: Callable[[torch.Tensor], torch.Tensor]  # a training batch -> normalised input on the device
+    eval_transform: Callable[[torch.Tensor], torch.Tensor]
+    classes: list[str]
+    in_chans: int
+    img_size: tuple[int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    train_size: int
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def test_batch(self, count: int, device: torch.device) -> torch.Tensor:
+        """The first `count` test images as model input (trackers and the forward check use them)."""
+        if isinstance(self.test, DeviceLoader):
+            return self.eval_transform(self.test.images[:count].to(device))
+        data = self.test.dataset
+        return torch.stack([data[i, 0][0] for i in range(min(count, len(data)))]).to(device)
+
+
+class ToDevice(nn.Module):
+    """Streamed batches arrive normalised on the host (pinned): they only move to the device."""
+
+    def __init__(self, device: torch.device):
+        super().__init__()
+        self.device = device
+
+    def forward(self, batch: torch.Tensor) -> torch.Tensor:
+        return batch.to(self.device, non_blocking=True)
+
+
+def memory_budget(cfg: TrainConfig, device: torch.device) -> int:
+    """Bytes the device-resident path may use: `data_budget_gb`, else half the device's free memory."""
+    if cfg.data_budget_gb is not None:
+        return int(cfg.data_budget_gb * 2**30)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0] // 2
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+
+
+def sampled_shape(paths: list[Path]) -> tuple[int, tuple[int, int]]:
+    """(channels, typical (H, W)) from the headers of an evenly spread sample of the files."""
+    step = max(1, len(paths) // HEADER_SAMPLE)
+    sizes, grey = [], True
+    for path in paths[::step][:HEADER_SAMPLE]:
+        with Image.open(path) as img:
+            sizes.append(img.size)
+            grey = grey and img.mode in GRAYSCALE_MODES
+    width, height = sorted(sizes)[len(sizes) // 2]
+    return (1 if grey else 3), (height, width)
+
+
+def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1) -> DataSource:
+    """The run's DataSource; the mode is chosen before anything is decoded."""
+    root = dataset_info(cfg.dataset).resolve_dir(cfg.data_dir)
+    if cfg.dataset == "folder" and cfg.data_mode != "device":
+        files = folder_splits(root)
+        in_chans, size = sampled_shape(files.train_paths)
+        needed = decoded_bytes(len(files.train_paths), in_chans, size)
+        mode, reason = choose_data_mode(cfg.data_mode, needed, memory_budget(cfg, device))
+        if mode == "stream":
+            return streamed_folder(cfg, files, in_chans, reason, rank, world_size, device)
+    elif cfg.data_mode == "stream":
+        mode, reason = "stream", "data_mode=stream (a reader that decodes the whole set, served per sample)"
+    else:
+        mode, reason = "device", f"data_mode={cfg.data_mode}: {cfg.dataset} is read whole, kept on the device"
+    dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg.download)
+    keep = stratified_subset(
+        dataset.train_labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order
+    )
+    img_size = pair(cfg.img_size or dataset.img_size)
+    common = dict(
+        classes=dataset.classes,
+        in_chans=dataset.in_chans,
+        img_size=img_size,
+        mean=dataset.mean,
+        std=dataset.std,
+        train_size=len(keep),
+    )
+    if mode == "stream":
+        recipe = stream_recipe(cfg, img_size[0], dataset.mean, dataset.std, dataset.in_chans)
+        train_set = StreamingImages(
+            dataset.train_images[keep], dataset.train_labels[keep], recipe.train_transform(), dataset.in_chans
+        )
+        test_set = StreamingImages(
+            dataset.test_images, dataset.test_labels, recipe.eval_transform(), dataset.in_chans
+        )
+        loaders = stream_loaders(cfg, train_set, test_set, rank, world_size, device)
+        return DataSource("stream", reason, *loaders, ToDevice(device), ToDevice(device), **common)
+    train = DeviceLoader(
+        dataset.train_images[keep],
+        dataset.train_labels[keep],
+        cfg.batch_size // world_size,
+        device,
+        shuffle=True,
+        drop_last=len(keep) > cfg.batch_size or world_size > 1,
+        seed=cfg.seed,
+        rank=rank,
+        world_size=world_size,
+        repeats=cfg.repeated_aug,
+    )
+    test = DeviceLoader(dataset.test_images, dataset.test_labels, cfg.eval_batch_size, device)
+    augment = device_augmentation(cfg, dataset.mean, dataset.std, img_size).to(device)
+    eval_transform = BatchAugment(dataset.mean, dataset.std, img_size).to(device)
+    return DataSource("device", reason, train, test, augment, eval_transform, **common)
+
+
+def pair(size: int | tuple[int, int]) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+def device_augmentation(cfg: TrainConfig, mean: tuple, std: tuple, img_size: tuple[int, int]) -> BatchAugment:
+    return BatchAugment(
+        mean,
+        std,
+        img_size,
+        train=True,
+        crop_padding=cfg.crop_padding,
+        hflip=cfg.hflip,
+        randaugment_n=cfg.randaugment_n,
+        randaugment_m=cfg.randaugment_m,
+        randaugment_mstd=cfg.randaugment_mstd,
+        random_erasing=cfg.random_erasing,
+        randaugment_policy=cfg.randaugment_policy,
+        resized_crop_scale=cfg.resized_crop_scale,
+    )
+
+
+def stream_recipe(cfg: TrainConfig, img_size: int, mean: tuple, std: tuple, in_chans: int) -> StreamRecipe:
+    """timm's transforms for this config: DeiT's when the preset asks for its pieces."""
+    randaugment = None
+    if cfg.randaugment_n:
+        mstd = f"-mstd{cfg.randaugment_mstd:g}" if cfg.randaugment_mstd else ""
+        randaugment = f"rand-m{cfg.randaugment_m:g}-n{cfg.randaugment_n}{mstd}-inc1"
+    return StreamRecipe(
+        img_size=img_size,
+        mean=tuple(mean),
+        std=tuple(std),
+        in_chans=in_chans,
+        crop_scale=(cfg.resized_crop_scale or 1.0, 1.0),
+        hflip=cfg.hflip,
+        randaugment=randaugment,
+        random_erasing=cfg.random_erasing,
+        crop_pct=cfg.crop_pct,
+    )
+
+
+def stream_loaders(
+    cfg: TrainConfig,
+    train_set: StreamingImages,
+    test_set: StreamingImages,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+) -> tuple[StreamLoader, StreamLoader]:
+    workers = min(cfg.workers, os.cpu_count() or 1)
+    pin = device.type == "cuda"
+    train = StreamLoader(
+        train_set,
+        cfg.batch_size // world_size,
+        seed=cfg.seed,
+        shuffle=True,
+        drop_last=True,
+        rank=rank,
+        world_size=world_size,
+        repeats=cfg.repeated_aug,
+        num_workers=workers,
+        pin_memory=pin,
+    )
+    test = StreamLoader(test_set, cfg.eval_batch_size, num_workers=workers, pin_memory=pin)
+    return train, test
+
+
+def streamed_folder(
+    cfg: TrainConfig,
+    files: FolderSplits,
+    in_chans: int,
+    reason: str,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+) -> DataSource:
+    """A class-per-folder dataset streamed from disk, images at their own size until the crop."""
+    labels = torch.tensor(files.train_labels)
+    keep = stratified_subset(labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order).tolist()
+    mean, std = (IMAGENET_MEAN, IMAGENET_STD) if in_chans == 3 else ((0.449,), (0.226,))  # timm's grey
+    img_size = pair(cfg.img_size or 224)
+    recipe = stream_recipe(cfg, img_size[0], mean, std, in_chans)
+    train_set = StreamingImages(
+        [files.train_paths[i] for i in keep], labels[keep].tolist(), recipe.train_transform(), in_chans
+    )
+    test_set = StreamingImages(files.test_paths, files.test_labels, recipe.eval_transform(), in_chans)
+    loaders = stream_loaders(cfg, train_set, test_set, rank, world_size, device)
+    return DataSource(
+        "stream",
+        reason,
+        *loaders,
+        ToDevice(device),
+        ToDevice(device),
+        classes=files.classes,
+        in_chans=in_chans,
+        img_size=img_size,
+        mean=mean,
+        std=std,
+        train_size=len(keep),
+    )

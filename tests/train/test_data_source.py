@@ -1,0 +1,71 @@
+"""A run's data source: `auto` picks the device or the stream by the decoded size, both serve batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from convinit.config import resolve_config
+from convinit.data import DeviceLoader
+from convinit.data.stream import StreamLoader
+from convinit.train.data_source import build_data
+
+pytest.importorskip("timm")
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def jpeg_folder(tmp_path_factory) -> Path:
+    """An ImageNet-style folder: train/ and val/, 20 classes, JPEGs of mixed sizes and aspect ratios."""
+    root = tmp_path_factory.mktemp("folder")
+    rng = np.random.default_rng(0)
+    sizes = [(48, 36), (30, 52), (64, 64), (80, 40)]
+    for split, per_class in (("train", 4), ("val", 1)):
+        for c in range(20):
+            (root / split / f"class{c:02d}").mkdir(parents=True)
+            for i in range(per_class):
+                w, h = sizes[(c + i) % len(sizes)]
+                Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(
+                    root / split / f"class{c:02d}" / f"{i}.jpg"
+                )
+    return root
+
+
+def folder_config(root: Path, *overrides: str):
+    return resolve_config(
+        "default",
+        ["dataset=folder", f"data_dir={root}", "img_size=32", "batch_size=8", "workers=0", *overrides],
+    )
+
+
+def test_auto_keeps_a_folder_on_the_device_when_it_fits_the_budget(jpeg_folder):
+    data = build_data(folder_config(jpeg_folder, "data_budget_gb=1"), CPU)
+    assert data.mode == "device" and "fits" in data.reason and isinstance(data.train, DeviceLoader)
+
+
+def test_auto_streams_a_folder_larger_than_the_budget_and_says_why(jpeg_folder):
+    data = build_data(folder_config(jpeg_folder, "data_budget_gb=0.00001", "repeated_aug=3"), CPU)
+    assert data.mode == "stream" and "exceeds" in data.reason and isinstance(data.train, StreamLoader)
+    assert (data.num_classes, data.in_chans, data.img_size, data.train_size) == (20, 3, (32, 32), 80)
+    images, labels = next(iter(data.train))
+    inputs = data.augment(images)
+    assert inputs.shape == (8, 3, 32, 32) and inputs.dtype == torch.float32 and labels.shape == (8,)
+    assert data.test_batch(5, CPU).shape == (5, 3, 32, 32)
+
+
+def test_a_dataset_read_whole_can_be_streamed_per_sample():
+    data = build_data(resolve_config("default", ["data_mode=stream", "workers=0", "batch_size=16"]), CPU)
+    assert data.mode == "stream" and data.in_chans == 1 and data.img_size == (8, 8)
+    images, _ = next(iter(data.train))
+    assert data.augment(images).shape == (16, 1, 8, 8)
+
+
+def test_device_mode_serves_uint8_batches_that_the_augmentation_normalises():
+    data = build_data(resolve_config("default", ["batch_size=16"]), CPU)
+    assert data.mode == "device"
+    images, _ = next(iter(data.train))
+    assert images.dtype == torch.uint8 and data.augment(images).dtype == torch.float32
