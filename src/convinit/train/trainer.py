@@ -652,6 +652,12 @@ def train_owned(
             seconds = running["seconds"] + time.perf_counter() - tic
             totals = sum_across_ranks([running["loss"], running["correct"], running["seen"]], ddp, device)
             running.update(loss=totals[0], correct=totals[1], seen=totals[2])
+            if running["seen"] == 0:  # on_nonfinite=skip skipped every step: the epoch learned nothing
+                bar.close()
+                raise TrainingDiverged(
+                    f"every step of epoch {epoch + 1} was non-finite and skipped ({skipped} in all); the "
+                    f"run is not training: lower lr (lr={cfg.lr}) or add warmup_epochs / clip_grad"
+                )
             row = {
                 "epoch": epoch + 1,
                 "train_loss": running["loss"] / max(running["seen"], 1),
