@@ -134,8 +134,16 @@ def save_checkpoint(
     tmp = root / (final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    write_files(tmp, model, train_state, ema)
-    write_manifest(tmp, epoch, step)
+    try:
+        write_files(tmp, model, train_state, ema)
+        write_manifest(tmp, epoch, step)
+    except (OSError, RuntimeError) as exc:  # torch.save says "unexpected pos" when the disk is full
+        shutil.rmtree(tmp, ignore_errors=True)
+        detail = " ".join(str(exc).split())[:200]
+        raise ConfigError(
+            f"cannot write checkpoint {final} ({type(exc).__name__}: {detail}); the disk may be full or "
+            f"the folder read-only: free space, then continue with `convinit train --resume {run_dir}`"
+        ) from exc
     publish(tmp, final)
     prune(run_dir)
     return final
