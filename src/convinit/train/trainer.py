@@ -45,6 +45,7 @@ from convinit.train.distributed import (
     under_torchrun,
 )
 from convinit.train.loggers import Trackers, check_loggers
+from convinit.train.memory_guard import check_fits_in_memory, check_model_args_bounded
 from convinit.train.metrics import MetricsLog
 from convinit.train.optim import build_optimizer, build_scheduler
 from convinit.train.ownership import own_run_dir, reading_checkpoints
@@ -331,13 +332,20 @@ def validate(cfg: TrainConfig) -> None:
     check_available(cfg.dataset, cfg.data_dir, cfg.download)
     shape = dataset_shape(cfg)
     if shape is not None:
+        check_model_args_bounded(cfg.model_args)
         try:  # on the meta device: checks shapes and arguments without allocating weights
             with torch.device("meta"):
-                create_model(cfg.model, **shape, **cfg.model_args)
+                meta_model = create_model(cfg.model, **shape, **cfg.model_args)
         except ConfigError:
             raise
         except Exception:  # an init that needs real values (e.g. fixed filters): build it for real
+            meta_model = None
             build_model(cfg, **shape)
+        if meta_model is not None:
+            batch = cfg.batch_size
+            check_fits_in_memory(
+                meta_model, batch, shape["in_chans"], shape["img_size"], resolve_device(cfg.device)
+            )
     check_loggers(cfg.logger)
     if cfg.track:
         from convinit.analysis import get_tracker
