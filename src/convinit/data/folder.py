@@ -27,9 +27,10 @@ def class_folders(root: Path) -> list[Path]:
     folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     resolved = {p: p.resolve() for p in folders}
     for folder, target in resolved.items():
+        loops = root.resolve().is_relative_to(target)
         inside = [o for o, t in resolved.items() if o != folder and t.is_relative_to(target)]
-        if root.resolve().is_relative_to(target) or inside:
-            what = f"contains class {inside[0].name}" if inside else f"leads back to {root} (a symlink loop)"
+        if loops or inside:
+            what = f"leads back to {root} (a symlink loop)" if loops else f"contains class {inside[0].name}"
             raise DataError(f"class folder {folder} {what}; remove that link so each image has one class")
     return folders
 

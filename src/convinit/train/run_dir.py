@@ -19,15 +19,13 @@ RUN_FILES = ("metrics.jsonl", "metrics.csv", "finished.json", "init_report.json"
 
 def check_run_dir_path(run_dir: Path) -> None:
     """ConfigError for a path that cannot be a run directory, before anything is created."""
-    if str(run_dir) in ("", "."):
-        raise ConfigError("--out is empty; name a folder for the run, e.g. --out runs/first")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"--out {run_dir} is a file, not a folder; name a folder for the run")
     too_long = [part for part in run_dir.parts if len(part.encode()) > 255]
     if too_long:
         raise ConfigError(
             f"--out {run_dir}: the name {too_long[0][:40]}... is over 255 bytes; use a shorter one"
         )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--out {run_dir} is a file, not a folder; name a folder for the run")
 
 
 def holds_unfinished_run(run_dir: Path) -> bool:
