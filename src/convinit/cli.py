@@ -101,6 +101,8 @@ def seed_list(text: str | None) -> list[int] | None:
     if text is None:
         return None
     if text.isdigit():
+        if int(text) == 0:
+            raise ConfigError("--seeds 0 asks for no runs; give a count of seeds (1, 3) or a list like 0,1,2")
         return list(range(int(text)))
     seeds = [s.strip() for s in text.split(",") if s.strip()]
     if not seeds or not all(s.isdigit() for s in seeds):
