@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from convinit.errors import ConvinitError, TrainingDiverged
+from convinit.errors import ConfigError, ConvinitError, TrainingDiverged
 
 EXAMPLES = """examples:
   convinit train                                  # default preset: a small ViT on the embedded digits set
@@ -34,6 +34,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             overrides.append(f"{key}={flag}")
     if args.deterministic:
         overrides.append("deterministic=true")
+    if args.out is not None and not args.out.strip():
+        raise ConfigError("--out is empty; name a folder for the run, e.g. --out runs/first")
     if args.resume:
         cfg = None
         if args.config:
@@ -44,7 +46,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         run = train(cfg, run_dir=args.resume, resume=True, progress=not args.no_progress)
     else:
         cfg = resolve_config(args.config, overrides)
-        run = train(cfg, run_dir=args.out, overwrite=args.overwrite, progress=not args.no_progress)
+        out = Path(args.out) if args.out is not None else None
+        run = train(cfg, run_dir=out, overwrite=args.overwrite, progress=not args.no_progress)
     final = run.metrics[-1]
     print(f"run {run.run_dir}: epoch {final['epoch']}, test accuracy {final['test_acc']:.2f}%")
     return 0
@@ -94,11 +97,47 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def seed_list(text: str | None) -> list[int] | None:
+    """--seeds N (seeds 0..N-1) or a list 0,1,2."""
     if text is None:
         return None
     if text.isdigit():
+        if int(text) == 0:
+            raise ConfigError("--seeds 0 asks for no runs; give a count of seeds (1, 3) or a list like 0,1,2")
         return list(range(int(text)))
-    return [int(s) for s in text.split(",") if s]
+    seeds = [s.strip() for s in text.split(",") if s.strip()]
+    if not seeds or not all(s.isdigit() for s in seeds):
+        raise ConfigError(f"--seeds {text!r} is neither a count N nor a list of seeds like 0,1,2")
+    return [int(s) for s in seeds]
+
+
+def parse_methods(items: list[str]) -> dict[str, tuple[str, dict]]:
+    """--method LABEL=PRESET [KEY=VALUE ...] options as {label: (preset, overrides)}; labels are unique."""
+    from convinit.config import parse_overrides
+
+    methods: dict[str, tuple[str, dict]] = {}
+    for item in items:
+        label, sep, spec = item.partition("=")
+        if not sep or not label.strip() or not spec.split():
+            raise ConfigError(
+                f'--method {item!r} is not LABEL=PRESET [KEY=VALUE ...], e.g. "impulse=default init=impulse"'
+            )
+        if label in methods:
+            raise ConfigError(f"--method label {label!r} is given twice; give each method its own label")
+        preset, *overrides = spec.split()
+        methods[label] = (preset, parse_overrides(overrides))
+    return methods
+
+
+def parse_fractions(text: str) -> list[float]:
+    try:
+        fractions = [float(f) for f in text.split(",") if f.strip()]
+    except ValueError:
+        fractions = []
+    if not fractions or not all(0 < f <= 1 for f in fractions):
+        raise ConfigError(
+            f"--fractions {text!r} must be numbers in (0, 1] separated by commas, e.g. 0.1,0.5,1"
+        )
+    return fractions
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -125,7 +164,20 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         print(f"{what:10s} {run_dir}")
     if args.launcher == "local":
         print(f"report: {write_report(out, title=args.name)}")
-    return 0
+    return grid_exit_code(outcome)
+
+
+def grid_exit_code(outcome: dict[str, str]) -> int:
+    """0 when every run finished; 3 (with a line on stderr) when some failed, as a diverged run does."""
+    from convinit.experiments.runner import failed
+
+    if not failed(outcome):
+        return 0
+    print(
+        f"convinit: error: {len(failed(outcome))} of {len(outcome)} runs failed (see the report)",
+        file=sys.stderr,
+    )
+    return 3
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -136,28 +188,25 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_efficiency(args: argparse.Namespace) -> int:
+    from convinit.atomic import atomic_write_text
     from convinit.config import parse_overrides
     from convinit.experiments.efficiency import efficiency_runs, efficiency_summary
     from convinit.experiments.report import write_report
     from convinit.experiments.runner import run_grid
 
-    methods = {}
-    for item in args.method:
-        label, _, spec = item.partition("=")
-        preset, *overrides = spec.split()
-        methods[label] = (preset, parse_overrides(overrides))
-    fractions = [float(f) for f in args.fractions.split(",")]
+    methods = parse_methods(args.method)
+    fractions = parse_fractions(args.fractions)
     extra = parse_overrides(args.overrides)
     runs = efficiency_runs(methods, fractions, seed_list(args.seeds) or [0], args.scale_epochs, extra)
     for spec in runs:  # one folder per method / fraction / seed
         spec.label = f"{spec.extra['group']} @ {spec.extra['fraction']:g}"
     out = args.out or Path("runs") / "efficiency"
-    run_grid(runs, out, args.launcher, args.jobs, not args.no_progress)
+    outcome = run_grid(runs, out, args.launcher, args.jobs, not args.no_progress)
     write_report(out, title="Data efficiency")
     summary = efficiency_summary(out)
-    (out / "efficiency.md").write_text(summary + "\n")
+    atomic_write_text(out / "efficiency.md", summary + "\n")
     print(summary)
-    return 0
+    return grid_exit_code(outcome)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -188,6 +237,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from convinit.bench import BenchOptions, run_bench
     from convinit.bench.table import format_result
 
+    if args.out is not None and (args.out.is_dir() or not args.out.name):
+        raise ConfigError(
+            f"bench --out {args.out} is a folder; name the JSON file, e.g. {args.out / 'bench.json'}"
+        )
     options = BenchOptions(
         models=args.models.split(",") if args.models else BenchOptions().models,
         batch_size=args.batch_size,
@@ -206,8 +259,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     result = run_bench(options, progress=lambda message: print(f"bench: {message}", file=sys.stderr))
     if args.out is not None:
+        from convinit.atomic import atomic_write_text
+
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+        atomic_write_text(args.out, json.dumps(result, indent=1))
     print(json.dumps(result, indent=1) if args.json else format_result(result))
     return 0
 
@@ -236,13 +291,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--config", "-c", help="preset name (`convinit configs`) or a YAML file; default: default"
     )
-    train.add_argument(
-        "--out", "-o", type=Path, help="run directory (default: runs/<model>-<dataset>-s<seed>-<time>)"
-    )
+    train.add_argument("--out", "-o", help="run directory (default: runs/<model>-<dataset>-s<seed>-<time>)")
     train.add_argument(
         "--resume", type=Path, metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint"
     )
-    train.add_argument("--overwrite", action="store_true", help="replace a finished run in --out")
+    train.add_argument(
+        "--overwrite", action="store_true", help="replace the run (finished or not) in --out: start clean"
+    )
     train.add_argument("--seed", type=int, help="random seed (same as seed=N)")
     train.add_argument(
         "--deterministic", action="store_true", help="deterministic algorithms (bit-exact resume on CPU)"
@@ -376,6 +431,13 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     except ConvinitError as exc:
         print(f"convinit: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a folder that cannot be written (read-only, full disk, ulimit -f, ...)
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(
+            f"convinit: error: {exc.strerror or exc}{where}; free space or choose another place",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt as exc:  # RunInterrupted has saved a checkpoint; exit like the signal did
         return 128 + getattr(exc, "signum", 2)

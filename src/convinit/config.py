@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from convinit.atomic import atomic_write_text
 from convinit.errors import ConfigError
 
 CHOICES = {
@@ -110,6 +112,9 @@ class TrainConfig:
 
 
 KEYS = [f.name for f in dataclasses.fields(TrainConfig)]
+MAX_CROP_PADDING = 64  # pixels on each side of a padded random crop; larger ones crop mostly padding
+# keys a config.yaml that `train` wrote always holds: without them it was damaged or is not ours
+SAVED_KEYS = ("model", "dataset", "epochs", "batch_size", "lr", "seed")
 
 
 def preset_names() -> list[str]:
@@ -123,10 +128,14 @@ def preset_names() -> list[str]:
     return sorted(names)
 
 
-def preset_path(name_or_path: str) -> Path:
+def preset_path(name_or_path: str, relative_to: Path | None = None) -> Path:
+    """A shipped preset by name, or a YAML file; a relative file named by `extends:` is looked up
+    beside the file that extends it (`relative_to`)."""
     path = Path(name_or_path).expanduser()
+    if relative_to is not None and not path.is_absolute():
+        path = relative_to / path
     if path.suffix in (".yaml", ".yml") and path.is_file():
-        return path
+        return path.resolve()
     shipped = Path(str(resources.files("convinit") / "configs")) / f"{name_or_path}.yaml"
     if shipped.is_file():
         return shipped
@@ -137,22 +146,34 @@ def preset_path(name_or_path: str) -> Path:
     raise ConfigError(f"unknown preset {name_or_path!r}{suggestion}")
 
 
-def load_preset(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
+def load_preset(
+    name_or_path: str, _seen: tuple[str, ...] = (), _relative_to: Path | None = None
+) -> dict[str, Any]:
     """The preset's keys, with any `extends:` chain resolved (later files win)."""
-    path = preset_path(name_or_path)
+    path = preset_path(name_or_path, _relative_to)
     if str(path) in _seen:
-        raise ConfigError(f"preset {name_or_path!r} extends itself in a loop")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {' '.join(str(exc).split())}") from exc
+        chain = " -> ".join([*_seen, str(path)])
+        raise ConfigError(f"preset {name_or_path!r} extends itself in a loop ({chain}); remove one extends:")
+    data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of key: value lines")
     parent = data.pop("extends", None)
     if parent is None:
         return data
-    merged = load_preset(str(parent), _seen + (str(path),))
+    merged = load_preset(str(parent), _seen + (str(path),), path.parent)
     return merge(merged, data)
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file's data; one-line ConfigError if it cannot be read, is not UTF-8 or not safe YAML."""
+    try:
+        return yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8 YAML") from exc
+    except yaml.YAMLError as exc:  # includes python/object tags, which safe_load refuses
+        raise ConfigError(f"config file {path} is not valid YAML: {' '.join(str(exc).split())}") from exc
 
 
 def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +260,10 @@ def coerce(key: str, value: Any, annotation: Any) -> Any:
     )
     if base is list and isinstance(value, str):  # track=nonlocality or track=a,b
         return [v for v in value.split(",") if v]
+    if base is list and ok and not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"config key {key!r} must be a list of names, got {value!r}")
+    if base is float and ok and not math.isfinite(value):
+        raise ConfigError(f"config key {key!r} must be a finite number, got {value!r}")
     if not ok:
         raise ConfigError(
             f"config key {key!r} must be {type_name(annotation)}, got {value!r} ({type(value).__name__})"
@@ -258,6 +283,20 @@ def check_values(cfg: TrainConfig) -> None:
             raise ConfigError(f"config key {key!r} must be at least 1, got {getattr(cfg, key)}")
     if cfg.lr <= 0:
         raise ConfigError(f"config key 'lr' must be positive, got {cfg.lr}")
+    if cfg.min_lr >= cfg.lr:
+        raise ConfigError(
+            f"min_lr ({cfg.min_lr}) must be below lr ({cfg.lr}): the schedule decays from lr to it"
+        )
+    if cfg.clip_grad is not None and cfg.clip_grad <= 0:
+        raise ConfigError(
+            f"config key 'clip_grad' must be positive or null (no clipping), got {cfg.clip_grad}"
+        )
+    if not 0 <= cfg.seed < 2**63:
+        raise ConfigError(f"config key 'seed' must be in [0, 2**63), got {cfg.seed}")
+    if cfg.crop_padding > MAX_CROP_PADDING:
+        raise ConfigError(
+            f"config key 'crop_padding' must be at most {MAX_CROP_PADDING} pixels, got {cfg.crop_padding}"
+        )
     nonnegative = [
         "weight_decay",
         "warmup_epochs",
@@ -347,15 +386,20 @@ def resolve_config(
 
 
 def save_config(cfg: TrainConfig, path: Path) -> None:
-    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
 def load_config(path: Path) -> TrainConfig:
-    try:
-        values = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config {path}: {' '.join(str(exc).split())}") from exc
-    return build_config(values or {})
+    """A run directory's saved config; refused in one line when damaged, never filled with defaults."""
+    values = read_yaml(path)
+    missing = [k for k in SAVED_KEYS if k not in values] if isinstance(values, dict) else list(SAVED_KEYS)
+    if missing:
+        what = "is empty" if values is None else f"lacks {', '.join(missing)}"
+        raise ConfigError(
+            f"config {path} {what}: it is damaged or was not written by convinit train; "
+            "restore it, or start the run over with --overwrite"
+        )
+    return build_config(values)
 
 
 def config_differences(a: TrainConfig, b: TrainConfig) -> list[str]:

@@ -164,3 +164,41 @@ def test_efficiency_keeps_the_methods_in_the_order_given():
     methods = {"zeta": ("default", TINY), "alpha": ("default", TINY | {"lr": 3e-3})}
     runs = efficiency_runs(methods, [0.5, 1.0], [0])
     assert [(r.extra["group"], r.row) for r in runs] == [("zeta", 0), ("zeta", 0), ("alpha", 1), ("alpha", 1)]
+
+
+def test_a_diverging_row_is_reported_as_failed_and_the_others_still_run(experiment_file, tmp_path, capsys):
+    import yaml
+
+    from convinit.cli import main
+
+    spec = yaml.safe_load(experiment_file.read_text())
+    spec["rows"].insert(0, {"label": "too fast", "overrides": {"lr": 1.0e6}})
+    experiment_file.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    args = ["reproduce", str(experiment_file), "--seeds", "1", "--out", str(out), "--no-progress"]
+    assert main(args) == 3
+    captured = capsys.readouterr()
+    assert "convinit: error: 1 of 3 runs failed" in captured.err
+    assert "failed: non-finite" in captured.out
+    assert (out / "adamw" / "seed0" / "finished.json").exists(), "the later rows ran"
+    report = (out / "report.md").read_text()
+    assert "## Failed runs" in report and "| too fast | 0 | non-finite" in report
+    assert main(args) == 3, "a rerun tries the failed row again and reports it again"
+    assert "skipped" in capsys.readouterr().out
+
+
+def test_a_rerun_with_changed_settings_names_the_runs_instead_of_skipping_them(experiment_file, tmp_path):
+    runs = expand(str(experiment_file), "small", seeds=[0])
+    run_grid(runs, tmp_path / "out", progress=False)
+    changed = expand(str(experiment_file), "small", seeds=[0], extra_overrides={"epochs": 2})
+    with pytest.raises(
+        ConfigError, match=r"trained with other settings: adamw/seed0 \(epochs\); adam-lr-3e-3"
+    ):
+        run_grid(changed, tmp_path / "out", progress=False)
+
+
+def test_rows_that_would_share_a_folder_are_refused(experiment_file):
+    runs = expand(str(experiment_file), "small", seeds=[0])
+    runs[1].label = "AdamW"  # the same folder as "adamw"
+    with pytest.raises(ConfigError, match="would share the folder adamw/seed0"):
+        run_grid(runs, experiment_file.parent / "out", progress=False)

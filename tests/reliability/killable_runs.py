@@ -58,15 +58,19 @@ def start_cli(args: list[str], wrapper: list[str] | None = None) -> subprocess.P
     )
 
 
-def wait_until(condition: Callable[[], bool], process: subprocess.Popen, what: str, timeout: float = 300.0):
-    """Poll `condition` until true; fail with the child's output if it exits first or never gets there."""
+def wait_until(
+    condition: Callable[[], bool], process: subprocess.Popen | None, what: str, timeout: float = 300.0
+):
+    """Poll `condition` until true; fail with the child's output if it exits first or never gets there
+    (`process` None: no process to watch)."""
     deadline = time.monotonic() + timeout
     while not condition():
-        if process.poll() is not None:
+        if process is not None and process.poll() is not None:
             out, err = process.communicate()
             raise AssertionError(f"process exited ({process.returncode}) before {what}:\n{out}\n{err}")
         if time.monotonic() > deadline:
-            process.kill()
+            if process is not None:
+                process.kill()
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
 

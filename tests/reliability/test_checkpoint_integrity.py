@@ -8,6 +8,7 @@ cleanup on failure). The kill tests in test_kill_resume.py do the same with real
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 
 import pytest
@@ -16,6 +17,7 @@ import torch.nn as nn
 
 from convinit.train import checkpoint as ckpt
 from convinit.train.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint, verify_checkpoint
+from convinit.train.run_dir import prepare_run_dir
 
 
 class Crash(BaseException):
@@ -164,3 +166,43 @@ def test_leftover_tmp_folders_are_ignored_even_if_they_look_complete(two_checkpo
     assert latest_checkpoint(two_checkpoints).name == "epoch-0002"
     save(two_checkpoints, 3)
     assert not stale.exists()
+
+
+@pytest.mark.parametrize("foreign", ["best_resnet", "keep-epoch-0003", "epoch-0003-final", "epoch-3"])
+def test_folders_that_are_not_our_checkpoints_are_never_read_or_pruned(tmp_path, foreign):
+    save(tmp_path, 1)
+    (tmp_path / "checkpoints" / foreign).mkdir()
+    for epoch in (2, 3, 4):
+        save(tmp_path, epoch)
+    assert (tmp_path / "checkpoints" / foreign).is_dir()
+    assert names(tmp_path) == ["epoch-0003", "epoch-0004"]
+    assert latest_checkpoint(tmp_path).name == "epoch-0004"
+
+
+def test_a_copy_of_a_checkpoint_is_not_the_newest_one(tmp_path):
+    # `cp -r epoch-0001 keep-epoch-0009` must not become the checkpoint resumed from
+    save(tmp_path, 1)
+    save(tmp_path, 2)
+    shutil.copytree(tmp_path / "checkpoints" / "epoch-0001", tmp_path / "checkpoints" / "keep-epoch-0009")
+    assert latest_checkpoint(tmp_path).name == "epoch-0002"
+
+
+def test_a_checkpoint_renamed_to_another_epoch_fails_verification(tmp_path):
+    save(tmp_path, 1)
+    (tmp_path / "checkpoints" / "epoch-0001").rename(tmp_path / "checkpoints" / "epoch-0005")
+    assert "manifest records epoch 1" in verify_checkpoint(tmp_path / "checkpoints" / "epoch-0005")
+
+
+def test_checkpoints_are_ordered_by_epoch_and_step_numbers_not_by_string(tmp_path):
+    # from epoch 10000 on, string order would put every new checkpoint first and prune it at once
+    for epoch, step in [(9999, 0), (9999, 123456), (10000, 0), (10000, 1000000), (10001, 0)]:
+        save(tmp_path, epoch, step)
+    assert names(tmp_path) == ["epoch-10000-step-1000000", "epoch-10001"]
+    assert latest_checkpoint(tmp_path).name == "epoch-10001"
+
+
+def test_overwrite_removes_our_checkpoints_and_keeps_foreign_folders(tmp_path):
+    save(tmp_path, 1)
+    (tmp_path / "checkpoints" / "best_resnet").mkdir()
+    prepare_run_dir(tmp_path, overwrite=True)
+    assert names(tmp_path) == [] and (tmp_path / "checkpoints" / "best_resnet").is_dir()

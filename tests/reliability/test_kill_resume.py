@@ -64,14 +64,16 @@ def test_sigkill_during_the_first_checkpoint_write_then_resume_reproduces_the_un
 
 
 def test_sigterm_exits_143_with_a_step_boundary_checkpoint_then_resume_is_exact(tmp_path, exact_reference):
-    run_dir = tmp_path / "run"
-    process = start_cli(train_args(run_dir))
-    wait_until((run_dir / "checkpoints" / "epoch-0001").is_dir, process, "the first checkpoint")
-    process.send_signal(signal.SIGTERM)  # lands in epoch 2 or 3: any step boundary will do
+    # The signal is sent while the run waits before its 15th step (epoch 2, 5th step), so it always
+    # lands at the same point: never inside a checkpoint write, whatever the machine's load.
+    run_dir, marker = tmp_path / "run", tmp_path / "paused"
+    process = start_cli(train_args(run_dir), wrapper=["--pause-at-step", "15", "--marker", str(marker)])
+    wait_until(marker.exists, process, "the pause before step 15")
+    process.send_signal(signal.SIGTERM)  # the trainer's handler: stop after this step
     out, err = process.communicate(timeout=300)
     assert process.returncode == 128 + signal.SIGTERM, err
     newest = list_checkpoints(run_dir)[-1]
-    assert newest.name > "epoch-0001" and f"stopped: checkpoint {newest}" in out
+    assert newest.name == "epoch-0001-step-000005" and f"stopped: checkpoint {newest}" in out
     assert not (run_dir / "finished.json").exists()
     resume(run_dir)
     assert_same_run(run_dir, exact_reference)

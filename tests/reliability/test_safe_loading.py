@@ -9,6 +9,7 @@ integrity check passes and only `torch.load(weights_only=True)` stands in the wa
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import shutil
@@ -17,7 +18,8 @@ import pytest
 import torch
 
 from convinit.cli import main
-from convinit.train.checkpoint import list_checkpoints, sha256, verify_checkpoint
+from convinit.errors import ConfigError
+from convinit.train.checkpoint import list_checkpoints, load_train_state, sha256, verify_checkpoint
 
 
 class CreatesFile:
@@ -85,3 +87,13 @@ def test_crafted_train_state_is_refused_with_one_line_and_never_run(
     assert re.fullmatch(
         r"( \([\w.]+\))?", err[len(head) : -len(tail)]
     )  # the refused global, if torch names it
+
+
+def test_the_refusal_of_a_malicious_pickle_names_the_global_it_wanted(tmp_path):
+    class RunsCode:
+        def __reduce__(self):
+            return (os.system, ("true",))
+
+    torch.save({"epoch": 1, "payload": RunsCode()}, tmp_path / "train_state.pt")
+    with pytest.raises(ConfigError, match=r"\((posix|os)\.system\)"):
+        load_train_state(tmp_path)

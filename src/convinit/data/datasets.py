@@ -143,7 +143,7 @@ def load_dataset(name: str, data_dir: str | Path | None = None, download: bool =
     if download and info.can_download and root is not None:
         root.mkdir(parents=True, exist_ok=True)
     try:
-        return info.reader(root, download)
+        dataset = info.reader(root, download)
     except DataError:
         raise
     except Exception as exc:  # readers fail in many ways on corrupt files; the user needs one line
@@ -152,3 +152,21 @@ def load_dataset(name: str, data_dir: str | Path | None = None, download: bool =
             f"dataset {name!r} at {root} could not be read ({type(exc).__name__}: {detail}); "
             f"the files may be corrupt or incomplete: {info.how_to_obtain}"
         ) from exc
+    check_contents(dataset, root)
+    return dataset
+
+
+def check_contents(dataset: ImageDataset, root: Path | None) -> None:
+    """Refuse, before any training, a dataset with an empty split or labels outside its classes."""
+    where = f"dataset {dataset.name!r}" + (f" at {root}" if root is not None else "")
+    for split in ("train", "test"):
+        images, labels = getattr(dataset, f"{split}_images"), getattr(dataset, f"{split}_labels")
+        if len(images) == 0:
+            raise DataError(f"{where} holds 0 {split} images; point data_dir at a complete copy")
+        bad = labels[(labels < 0) | (labels >= dataset.num_classes)]
+        if len(bad):
+            raise DataError(
+                f"{where}: {split} label {int(bad[0])} is outside its {dataset.num_classes} classes "
+                f"(0..{dataset.num_classes - 1}; {len(bad)} such labels); the files are corrupt, "
+                "re-download them"
+            )

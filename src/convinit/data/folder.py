@@ -20,8 +20,20 @@ TEST_FRACTION = 0.2
 
 
 def class_folders(root: Path) -> list[Path]:
-    """Sub-folders of `root`, sorted; hidden ones (such as `.ipynb_checkpoints`) are not classes."""
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    """Sub-folders of `root`, sorted; hidden ones (such as `.ipynb_checkpoints`) are not classes.
+
+    A folder that links back to `root` or above it (a symlink loop) or into another class would make
+    a class of other classes' images: refused.
+    """
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    resolved = {p: p.resolve() for p in folders}
+    for folder, target in resolved.items():
+        loops = root.resolve().is_relative_to(target)
+        inside = [o for o, t in resolved.items() if o != folder and t.is_relative_to(target)]
+        if loops or inside:
+            what = f"leads back to {root} (a symlink loop)" if loops else f"contains class {inside[0].name}"
+            raise DataError(f"class folder {folder} {what}; remove that link so each image has one class")
+    return folders
 
 
 def labelled_files(split_dir: Path, classes: list[str]) -> tuple[list[Path], list[int]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import math
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -41,26 +42,45 @@ def missing_idx_files(root: Path) -> list[str]:
     return [stem + "[.gz]" for stem in SPLIT_FILES.values() if find_idx_file(root, stem) is None]
 
 
+MAX_IDX_BYTES = 2 << 30  # an IDX file may hold at most 2 GiB once decompressed (MNIST's largest: 47 MB)
+
+
+def read_idx_stream(path: Path, f: BinaryIO) -> tuple[tuple[int, ...], bytes]:
+    """Dims and data of an open IDX stream, reading no more than its header promises (plus one byte
+    to find trailing data): a gzip bomb is refused after its header, not after inflating it whole."""
+    magic = f.read(4)
+    if len(magic) < 4 or magic[0] != 0 or magic[1] != 0 or magic[2] != 0x08:
+        raise DataError(f"{path} is not an unsigned-byte IDX file (bad magic number); re-download it")
+    ndim = magic[3]
+    raw_dims = f.read(4 * ndim)
+    if len(raw_dims) < 4 * ndim:
+        raise DataError(f"{path} ends inside its header; it is truncated, re-download it")
+    dims = tuple(int.from_bytes(raw_dims[4 * i : 4 * i + 4], "big") for i in range(ndim))
+    header, size = 4 + 4 * ndim, math.prod(dims)
+    if size > MAX_IDX_BYTES:
+        raise DataError(
+            f"{path}: its header promises {size} bytes of data, over the {MAX_IDX_BYTES >> 30} GiB limit "
+            "of an IDX file; it is not an MNIST-style dataset file"
+        )
+    data = f.read(size + 1)
+    if len(data) != size:
+        found = f"more than {header + size}" if len(data) > size else str(header + len(data))
+        raise DataError(f"{path} holds {found} bytes but its header promises {header + size}; re-download it")
+    return dims, data
+
+
 def read_idx(path: Path) -> np.ndarray:
     """Parse one IDX file: magic (0, 0, dtype 0x08 = ubyte, ndim), big-endian dims, then the bytes."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
-            data = f.read()
+            dims, data = read_idx_stream(path, f)
     except (OSError, EOFError) as exc:  # a truncated or damaged gzip stream, an unreadable file
+        if isinstance(exc, DataError):
+            raise
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise DataError(f"{path} cannot be read ({detail}); truncated or corrupt, re-download it") from exc
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
-        raise DataError(f"{path} is not an unsigned-byte IDX file (bad magic number); re-download it")
-    ndim = data[3]
-    header = 4 + 4 * ndim
-    if len(data) < header:
-        raise DataError(f"{path} ends inside its header; it is truncated, re-download it")
-    dims = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    expected = header + math.prod(dims)
-    if len(data) != expected:
-        raise DataError(f"{path} holds {len(data)} bytes but its header promises {expected}; re-download it")
-    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims)
+    return np.frombuffer(data, dtype=np.uint8).reshape(dims)
 
 
 def read_idx_dataset(name: str, root: Path, classes: list[str]) -> ImageDataset:

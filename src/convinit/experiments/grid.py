@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from convinit.config import TrainConfig, merge, parse_overrides, resolve_config
+from convinit.config import TrainConfig, merge, parse_overrides, read_yaml, resolve_config
 from convinit.errors import ConfigError
 
 SCALES = ("small", "full")
@@ -69,12 +69,42 @@ def load_experiment(name: str) -> dict[str, Any]:
         path = experiments_dir() / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"unknown experiment {name!r}; choose one of: {', '.join(list_experiments())}")
-    spec = yaml.safe_load(path.read_text()) or {}
+    spec = read_yaml(path) or {}
+    if not isinstance(spec, dict):
+        raise ConfigError(f"experiment {path} must be a mapping with scales: and rows: sections")
     for key in ("scales", "rows"):
         if key not in spec:
             raise ConfigError(f"experiment {name!r} ({path}) has no {key!r} section")
+    check_shape(spec, path)
     spec.setdefault("name", path.stem)
     return spec
+
+
+def check_rows(rows: Any, where: str) -> None:
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError(f"{where}: rows must be a non-empty list of {{label: ..., overrides: {{...}}}}")
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict) or not isinstance(row.get("label"), str):
+            raise ConfigError(f"{where}: row {index + 1} ({row!r}) must be a mapping with a label: string")
+        if not isinstance(row.get("overrides", {}), dict):
+            raise ConfigError(f"{where}: row {row['label']!r} has overrides that are not a mapping")
+
+
+def check_shape(spec: dict[str, Any], path: Path) -> None:
+    """One-line ConfigError for an experiment file of the wrong shape (`rows: [1, 2]`)."""
+    check_rows(spec["rows"], str(path))
+    if not isinstance(spec["scales"], dict) or not spec["scales"]:
+        raise ConfigError(f"{path}: scales must map small/full to {{preset: ..., overrides: {{...}}}}")
+    for scale, base in spec["scales"].items():
+        if not isinstance(base, dict) or not isinstance(base.get("preset"), str):
+            raise ConfigError(f"{path}: scale {scale!r} must be a mapping with a preset: name")
+        if not isinstance(base.get("overrides", {}), dict):
+            raise ConfigError(f"{path}: scale {scale!r} has overrides that are not a mapping")
+        if "rows" in base:
+            check_rows(base["rows"], f"{path}, scale {scale!r}")
+        seeds = base.get("seeds", spec.get("seeds", [0]))
+        if not isinstance(seeds, list) or not all(type(s) is int and s >= 0 for s in seeds):
+            raise ConfigError(f"{path}: seeds must be a list of non-negative integers, got {seeds!r}")
 
 
 def flatten(overrides: dict[str, Any]) -> dict[str, Any]:

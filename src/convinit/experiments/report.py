@@ -8,6 +8,7 @@ seed, convinit version and git commit.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import statistics
 from collections import defaultdict
@@ -15,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from convinit.atomic import atomic_write_text, atomic_writer
+from convinit.config import load_config
 from convinit.errors import ConfigError
+from convinit.train.metrics import read_metrics
 
 
 @dataclass
@@ -39,6 +41,23 @@ class RunRecord:
         )
 
 
+def read_experiment(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "experiment.json"
+    if not path.exists():
+        return {}
+    try:
+        record = json.loads(path.read_bytes())
+    except ValueError as exc:
+        raise ConfigError(f"{path} is damaged ({exc}); delete it or rerun the grid to rewrite it") from exc
+    if not isinstance(record, dict):
+        raise ConfigError(f"{path} is damaged (not a JSON object); delete it or rerun the grid to rewrite it")
+    return record
+
+
+def run_label(run_dir: Path, root: Path, experiment: dict[str, Any]) -> str:
+    return experiment.get("label") or run_dir.relative_to(root).parent.as_posix() or run_dir.name
+
+
 def find_runs(root: Path) -> list[RunRecord]:
     """Every finished run under `root` (folders with config.yaml, metrics.jsonl and finished.json)."""
     records = []
@@ -46,18 +65,30 @@ def find_runs(root: Path) -> list[RunRecord]:
         run_dir = config_path.parent
         if not (run_dir / "finished.json").exists() or not (run_dir / "metrics.jsonl").exists():
             continue
-        config = yaml.safe_load(config_path.read_text())
-        experiment = (
-            json.loads((run_dir / "experiment.json").read_text())
-            if (run_dir / "experiment.json").exists()
-            else {}
-        )
-        metrics = [
-            json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()
-        ]
-        label = experiment.get("label") or run_dir.relative_to(root).parent.as_posix() or run_dir.name
+        config = load_config(config_path).to_dict()  # a damaged config.yaml is refused in one line
+        experiment = read_experiment(run_dir)
+        metrics = read_metrics(run_dir / "metrics.jsonl")
+        if not metrics:
+            continue
+        label = run_label(run_dir, root, experiment)
         records.append(RunRecord(run_dir, label, int(config.get("seed", 0)), metrics, config, experiment))
     return sorted(records, key=lambda r: r.experiment.get("row", 0))  # stable: path order within a row
+
+
+def find_failed(root: Path) -> list[tuple[str, int, str]]:
+    """(label, seed, reason) of every run under `root` that failed (see `runner.record_failure`)."""
+    failures = []
+    for path in sorted(root.rglob("failed.json")):
+        run_dir = path.parent
+        if (run_dir / "finished.json").exists():
+            continue
+        experiment = read_experiment(run_dir)
+        try:
+            reason = str(json.loads(path.read_bytes()).get("reason", "unknown"))
+        except (ValueError, AttributeError):
+            reason = "unknown (failed.json is damaged)"
+        failures.append((run_label(run_dir, root, experiment), int(experiment.get("seed", 0)), reason))
+    return failures
 
 
 def summarise(records: list[RunRecord]) -> list[dict[str, Any]]:
@@ -135,7 +166,8 @@ def plot_curves(records: list[RunRecord], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_writer(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
 
 
@@ -166,7 +198,8 @@ def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_writer(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     return True
 
@@ -174,26 +207,28 @@ def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_
 def write_report(root: str | Path, out: str | Path | None = None, title: str | None = None) -> Path:
     """Write report.md, results.csv and plots for the runs under `root`; returns the report path."""
     root = Path(root)
-    records = find_runs(root)
-    if not records:
+    records, failures = find_runs(root), find_failed(root)
+    if not records and not failures:
         raise ConfigError(f"{root} holds no finished runs (folders with config.yaml and finished.json)")
     out = Path(out) if out else root
     out.mkdir(parents=True, exist_ok=True)
     rows = summarise(records)
-    with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    if rows:
+        table = io.StringIO(newline="")
+        writer = csv.DictWriter(table, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    plot_curves(records, out / "curves.png")
+        atomic_write_text(out / "results.csv", table.getvalue())
+        plot_curves(records, out / "curves.png")
     parts = [
         f"# {title or 'Results: ' + root.name}",
         "",
         markdown_table(rows),
         "",
         "Final-epoch test accuracy, mean +- std over seeds (never the best epoch).",
-        "",
-        "![curves](curves.png)",
     ]
+    if rows:
+        parts += ["", "![curves](curves.png)"]
     if plot_sweep(records, "alpha", out / "alpha_sweep.png", "alpha"):
         parts += ["", "![alpha sweep](alpha_sweep.png)"]
     # sample efficiency: `convinit efficiency` records image counts, grids (ConViT Table 2) fractions
@@ -202,7 +237,10 @@ def write_report(root: str | Path, out: str | Path | None = None, title: str | N
         records, "fraction", efficiency, "fraction of the training set", log_x=True
     ):
         parts += ["", "![sample efficiency](efficiency.png)"]
+    if failures:
+        parts += ["", "## Failed runs", "", "| method | seed | reason |", "| --- | ---: | --- |"]
+        parts += [f"| {label} | {seed} | {reason} |" for label, seed, reason in failures]
     parts += ["", "## Provenance", ""] + [f"- **{row['method']}**: {row['provenance']}" for row in rows]
     report = out / "report.md"
-    report.write_text("\n".join(parts) + "\n")
+    atomic_write_text(report, "\n".join(parts) + "\n")
     return report

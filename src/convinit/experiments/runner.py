@@ -4,25 +4,38 @@ Launchers: `local` runs one after another in this process, or `jobs` at once as 
 `slurm` submits one submitit job per run (partition, GPUs and time from the options).
 Each run directory gets `experiment.json` (experiment, row label, seed, preset, paper number) beside
 the trainer's own files, which is what `convinit report` reads.
+
+A rerun first compares every existing run's saved config with the grid's: if any differ it stops and
+names them, instead of skipping them and reporting old numbers. A run that fails (its loss diverges,
+its child process dies) does not stop the others: it is reported as failed, with the reason, in
+`failed.json` and the report; rerunning the grid tries it again. Subprocess runs die with the grid
+(see `child_process`), so a rerun never races the children of a killed one.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import signal
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from convinit.config import save_config
+from convinit.atomic import atomic_write_text
+from convinit.config import config_differences, load_config, save_config
+from convinit.errors import ConfigError, ConvinitError
 from convinit.experiments.grid import RunSpec
 from convinit.provenance import provenance
 from convinit.train import train
 from convinit.train.checkpoint import latest_checkpoint
+from convinit.train.ownership import own_run_dir
 
 LAUNCHERS = ("local", "slurm")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def run_state(run_dir: Path) -> str:
@@ -50,11 +63,118 @@ def write_experiment_record(spec: RunSpec, run_dir: Path) -> None:
         **spec.extra,
         **provenance(),
     }
-    (run_dir / "experiment.json").write_text(json.dumps(record, indent=1))
+    atomic_write_text(run_dir / "experiment.json", json.dumps(record, indent=1))
+
+
+def record_failure(run_dir: Path, reason: str) -> str:
+    """Write `failed.json` (read by the report) and return the outcome line."""
+    atomic_write_text(run_dir / "failed.json", json.dumps({"reason": reason}, indent=1))
+    return f"failed: {reason}"
+
+
+def check_unchanged(runs: list[RunSpec], out: Path) -> None:
+    """ConfigError naming every existing run whose saved config differs from the grid's."""
+    changed = []
+    for spec in runs:
+        run_dir = out / spec.dirname
+        if run_state(run_dir) != "new":
+            keys = config_differences(load_config(run_dir / "config.yaml"), spec.config)
+            if keys:
+                changed.append(f"{spec.dirname} ({', '.join(keys)})")
+    if changed:
+        shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise ConfigError(
+            f"{out} holds runs trained with other settings: {shown}; use another --out, "
+            "or delete those run folders to rerun them with these settings"
+        )
+
+
+def check_distinct(runs: list[RunSpec]) -> None:
+    seen: dict[str, str] = {}
+    for spec in runs:
+        if spec.dirname in seen:
+            raise ConfigError(
+                f"rows {seen[spec.dirname]!r} and {spec.label!r} (seed {spec.seed}) would share the folder "
+                f"{spec.dirname}; give every row its own label"
+            )
+        seen[spec.dirname] = spec.label
+
+
+def die_with_parent(parent: int) -> Callable[[], None]:
+    """The child's pre-exec step (Linux): SIGTERM it when the parent dies, however the parent dies."""
+
+    def set_death_signal() -> None:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):  # not Linux: the parent's cleanup still stops its children
+            return
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return set_death_signal
+
+
+def child_process(command: list[str]) -> subprocess.Popen:
+    """A child in its own session (the terminal's Ctrl-C reaches the grid, which stops it) that dies
+    with its parent (PR_SET_PDEATHSIG), so no child outlives a killed grid."""
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=die_with_parent(os.getpid()),
+    )
 
 
 def subprocess_command(run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "convinit", "train", "--no-progress", "--resume", str(run_dir)]
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[-1] if lines else "no message").removeprefix("convinit: error: ")[-300:]
+
+
+def run_in_subprocesses(todo: list[Path], jobs: int) -> dict[str, str]:
+    """Run each directory as a `convinit train --resume` child, `jobs` at once; children are stopped
+    (SIGTERM: a checkpoint at the next step boundary) if this process is interrupted."""
+    children: list[subprocess.Popen] = []
+
+    def launch(run_dir: Path) -> tuple[str, str]:
+        started = start_outcome(run_dir)
+        child = child_process(subprocess_command(run_dir))
+        children.append(child)
+        _, err = child.communicate()
+        if child.returncode == 0:
+            return str(run_dir), started
+        if child.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM, 128 + signal.SIGINT):
+            return str(run_dir), "stopped: rerun the grid to resume it"
+        return str(run_dir), record_failure(run_dir, last_line(err))
+
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        return dict(pool.map(launch, todo))
+    except BaseException:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def run_in_process(todo: list[Path], progress: bool) -> dict[str, str]:
+    outcome = {}
+    for run_dir in todo:
+        started = start_outcome(run_dir)
+        try:
+            train(None, run_dir=run_dir, resume=True, progress=progress)
+        except ConvinitError as exc:  # this row failed; the others still run
+            outcome[str(run_dir)] = record_failure(run_dir, str(exc))
+            continue
+        outcome[str(run_dir)] = started
+    return outcome
 
 
 def run_grid(
@@ -67,39 +187,38 @@ def run_grid(
 ) -> dict[str, str]:
     """Run every spec into out/<row>/seed<k>; returns {run dir: what was done}.
 
-    What was done: trained, resumed from <checkpoint>, skipped (finished before) or submitted <job id>.
+    What was done: trained, resumed from <checkpoint>, skipped (finished before), failed: <reason>,
+    or submitted <job id>. `out` is held (see `convinit.train.ownership`) while the grid runs.
     """
     runs = list(runs)
-    outcome: dict[str, str] = {}
-    todo = []
-    for spec in runs:
-        run_dir = out / spec.dirname
-        if run_state(run_dir) == "finished":
-            outcome[str(run_dir)] = "skipped"
-            continue
-        if run_state(run_dir) == "new":  # write the config so every launcher can start with --resume
-            write_experiment_record(spec, run_dir)
-            save_config(spec.config, run_dir / "config.yaml")
-        todo.append((spec, run_dir))
-    if launcher == "slurm":
-        from convinit.experiments.launchers import submit_slurm
+    check_distinct(runs)
+    with own_run_dir(Path(out)):
+        check_unchanged(runs, out)
+        outcome: dict[str, str] = {}
+        todo = []
+        for spec in runs:
+            run_dir = out / spec.dirname
+            if run_state(run_dir) == "finished":
+                outcome[str(run_dir)] = "skipped"
+                continue
+            if run_state(run_dir) == "new":  # write the config so every launcher can start with --resume
+                write_experiment_record(spec, run_dir)
+                save_config(spec.config, run_dir / "config.yaml")
+            (run_dir / "failed.json").unlink(missing_ok=True)  # tried again
+            todo.append(run_dir)
+        if launcher == "slurm":
+            from convinit.experiments.launchers import submit_slurm
 
-        for run_dir, job in submit_slurm([d for _, d in todo], out, **(slurm_options or {})).items():
-            outcome[run_dir] = f"submitted {job.job_id}"
+            for run_dir, job in submit_slurm(todo, out, **(slurm_options or {})).items():
+                outcome[run_dir] = f"submitted {job.job_id}"
+            return outcome
+        if jobs > 1:
+            outcome.update(run_in_subprocesses(todo, jobs))
+        else:
+            outcome.update(run_in_process(todo, progress))
         return outcome
-    if jobs > 1:
 
-        def launch(item: tuple[RunSpec, Path]) -> tuple[str, str]:
-            started = start_outcome(item[1])
-            result = subprocess.run(subprocess_command(item[1]), capture_output=True, text=True)
-            failed = f"failed: {result.stderr.strip()[-300:]}"
-            return str(item[1]), started if result.returncode == 0 else failed
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            outcome.update(dict(pool.map(launch, todo)))
-        return outcome
-    for _spec, run_dir in todo:
-        started = start_outcome(run_dir)
-        train(None, run_dir=run_dir, resume=True, progress=progress)
-        outcome[str(run_dir)] = started
-    return outcome
+def failed(outcome: dict[str, str]) -> list[str]:
+    """The run directories of `outcome` that failed."""
+    return [run_dir for run_dir, what in outcome.items() if what.startswith("failed")]

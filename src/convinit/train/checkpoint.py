@@ -9,6 +9,12 @@ usable:
 3. `publish`: one `os.replace` renames the folder to its final name (atomic on POSIX);
 4. `prune`: all but the newest `KEEP` checkpoints, and stale `*.tmp` folders, are removed.
 
+Only convinit's own checkpoints count: folders whose name matches `CHECKPOINT_NAME` exactly, ordered
+by the epoch and step numbers in the name (never as strings: `epoch-10000` comes after `epoch-9999`).
+Anything else in `checkpoints/` (a copy `keep-epoch-0003`, a folder `best_resnet`) is never read,
+resumed from or pruned; prune also leaves alone a matching folder without a manifest. Deleting waits
+for readers that hold `reading_checkpoints` (see `convinit.train.ownership`).
+
 Loading verifies the manifest and falls back to the previous checkpoint, with a warning that names
 both, when the newest is damaged. `*.tmp` folders are never read. Training state is loaded with
 `torch.load(weights_only=True)`, so a checkpoint can never run code: a file that needs more than
@@ -31,7 +37,9 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_model, save_model
 
+from convinit.atomic import fsync_dir
 from convinit.errors import ConfigError
+from convinit.train.ownership import removing_checkpoints
 
 KEEP = 2
 MANIFEST = "manifest.json"
@@ -51,22 +59,20 @@ def fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside `path` durable (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def checkpoint_name(epoch: int, step: int) -> str:
     return f"epoch-{epoch:04d}" + (f"-step-{step:06d}" if step else "")
+
+
+CHECKPOINT_NAME = re.compile(r"epoch-(\d{4,})(?:-step-(\d{6,}))?")
+STALE_WRITE = re.compile(r"epoch-\d{4,}(?:-step-\d{6,})?\.tmp")
+
+
+def checkpoint_position(path: Path) -> tuple[int, int] | None:
+    """(epoch, step) of a folder named like one of ours, None for any other name."""
+    found = CHECKPOINT_NAME.fullmatch(path.name)
+    if found is None:
+        return None
+    return int(found.group(1)), int(found.group(2) or 0)
 
 
 def write_files(tmp: Path, model: nn.Module, train_state: dict[str, Any], ema: nn.Module | None) -> None:
@@ -90,17 +96,27 @@ def write_manifest(tmp: Path, epoch: int, step: int) -> None:
 
 
 def publish(tmp: Path, final: Path) -> None:
-    shutil.rmtree(final, ignore_errors=True)  # a damaged checkpoint of the same name, from a killed run
+    if final.exists():  # a damaged checkpoint of the same name, from a killed run
+        with removing_checkpoints(final.parent.parent):
+            shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     fsync_dir(final.parent)
 
 
 def prune(run_dir: Path, keep: int = KEEP) -> None:
-    """Remove all but the newest `keep` checkpoints, and `*.tmp` folders that killed writes left."""
-    for old in list_checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in (run_dir / "checkpoints").glob("*.tmp"):
-        shutil.rmtree(stale, ignore_errors=True)
+    """Remove all but the newest `keep` of our checkpoints, and the `*.tmp` folders of killed writes;
+    nothing whose name is not ours, and no folder without a manifest."""
+    ours = list_checkpoints(run_dir)
+    old = [p for p in ours[: max(len(ours) - keep, 0)] if (p / MANIFEST).is_file()]
+    root = run_dir / "checkpoints"
+    stale = (
+        [p for p in root.iterdir() if p.is_dir() and STALE_WRITE.fullmatch(p.name)] if root.is_dir() else []
+    )
+    if not old and not stale:
+        return
+    with removing_checkpoints(run_dir):
+        for path in old + stale:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def save_checkpoint(
@@ -118,19 +134,28 @@ def save_checkpoint(
     tmp = root / (final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    write_files(tmp, model, train_state, ema)
-    write_manifest(tmp, epoch, step)
+    try:
+        write_files(tmp, model, train_state, ema)
+        write_manifest(tmp, epoch, step)
+    except (OSError, RuntimeError) as exc:  # torch.save says "unexpected pos" when the disk is full
+        shutil.rmtree(tmp, ignore_errors=True)
+        detail = " ".join(str(exc).split())[:200]
+        raise ConfigError(
+            f"cannot write checkpoint {final} ({type(exc).__name__}: {detail}); the disk may be full or "
+            f"the folder read-only: free space, then continue with `convinit train --resume {run_dir}`"
+        ) from exc
     publish(tmp, final)
     prune(run_dir)
     return final
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoint folders, oldest first (`*.tmp` folders are writes that never finished)."""
-    root = run_dir / "checkpoints"
+    """Our checkpoint folders, oldest first by (epoch, step); `*.tmp` folders and foreign names are not."""
+    root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.endswith(".tmp"))
+    ours = [p for p in root.iterdir() if checkpoint_position(p) is not None and p.is_dir()]
+    return sorted(ours, key=checkpoint_position)
 
 
 def verify_checkpoint(path: Path) -> str | None:
@@ -139,13 +164,17 @@ def verify_checkpoint(path: Path) -> str | None:
     if not manifest_path.is_file():
         return "no manifest"
     try:
-        files = json.loads(manifest_path.read_bytes())["files"]
+        manifest = json.loads(manifest_path.read_bytes())
+        files = manifest["files"]
         expected_files = {name: (int(e["size"]), str(e["sha256"])) for name, e in files.items()}
     except (ValueError, KeyError, TypeError, AttributeError):  # cut short, garbage, or the wrong shape
         return "unreadable manifest"
     for name in REQUIRED:
         if name not in expected_files:
             return f"the manifest does not list {name}"
+    recorded, named = (manifest.get("epoch"), manifest.get("step")), checkpoint_position(path)
+    if named is not None and recorded != named:  # a copy renamed to look like another epoch
+        return f"its manifest records epoch {recorded[0]} step {recorded[1]}, not what its name says"
     for name, (size, digest) in expected_files.items():
         file = path / name
         if not file.is_file():
@@ -193,7 +222,9 @@ def load_train_state(path: Path) -> dict[str, Any]:
             warnings.simplefilter("ignore")
             return torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        # torch's wording changes between versions: "Unsupported global: GLOBAL io.open" (<= 2.5),
+        # "Trying to load unsupported GLOBAL posix.system whose module posix is blocked" (>= 2.6)
+        found = re.search(r"(?i)unsupported(?: global:)? GLOBAL (\S+)", str(exc))
         what = f" ({found.group(1)})" if found else ""
         raise ConfigError(
             f"refusing to load {file}: it holds Python objects beyond tensors and plain values{what}, "

@@ -29,6 +29,15 @@ class DistributedContext:
         return self.world_size > 1
 
 
+def under_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def is_main_rank() -> bool:
+    """Rank 0, or a process outside torchrun: the one that writes the run directory."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def setup_distributed(use_cuda: bool) -> DistributedContext:
     """The context torchrun describes in the environment; starts the process group once."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

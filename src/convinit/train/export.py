@@ -10,6 +10,7 @@ from convinit.config import load_config
 from convinit.data import dataset_info
 from convinit.errors import ConfigError
 from convinit.train.checkpoint import latest_checkpoint, load_weights
+from convinit.train.ownership import reading_checkpoints
 from convinit.train.trainer import build_model, prepare_data
 
 
@@ -17,14 +18,15 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> nn.Module:
     """A run's newest checkpoint as a model carrying `pretrained_config`; saved to `out` if given."""
     run_dir = Path(run_dir)
     cfg = load_config(run_dir / "config.yaml")
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
     dataset_info(cfg.dataset)
     dataset, _ = prepare_data(cfg)
     img_size = cfg.img_size or dataset.img_size
     model = build_model(cfg, dataset.num_classes, dataset.in_chans, img_size)
-    load_weights(model, checkpoint)
+    with reading_checkpoints(run_dir):  # a training run cannot prune it while it is read
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
+        load_weights(model, checkpoint)
     metadata = {
         "dataset": cfg.dataset,
         "classes": dataset.classes,

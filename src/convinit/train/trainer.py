@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm.auto import tqdm
 
+from convinit.atomic import atomic_write_text
 from convinit.config import TrainConfig, config_differences, load_config, save_config
 from convinit.data import BatchAugment, DeviceLoader, ImageDataset, MixupCutmix, check_available, load_dataset
 from convinit.data.subsets import stratified_subset
@@ -36,10 +37,19 @@ from convinit.errors import ConfigError, TrainingDiverged
 from convinit.init import initialize
 from convinit.models import create_model
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights, save_checkpoint
-from convinit.train.distributed import barrier, setup_distributed, sum_across_ranks
+from convinit.train.distributed import (
+    barrier,
+    is_main_rank,
+    setup_distributed,
+    sum_across_ranks,
+    under_torchrun,
+)
 from convinit.train.loggers import Trackers, check_loggers
+from convinit.train.memory_guard import check_fits_in_memory, check_model_args_bounded
 from convinit.train.metrics import MetricsLog
 from convinit.train.optim import build_optimizer, build_scheduler
+from convinit.train.ownership import own_run_dir, reading_checkpoints
+from convinit.train.run_dir import check_run_dir_path, prepare_run_dir, refuse_if_all_damaged
 
 TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
 
@@ -47,7 +57,7 @@ TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gat
 class RunInterrupted(KeyboardInterrupt):
     """Training stopped on SIGINT/SIGTERM after writing a checkpoint at a step boundary."""
 
-    def __init__(self, signum: int, checkpoint: Path):
+    def __init__(self, signum: int, checkpoint: Path | None):
         super().__init__(f"stopped by signal {signum}; checkpoint {checkpoint}")
         self.signum = signum
         self.checkpoint = checkpoint
@@ -68,6 +78,34 @@ def stop_at_step_boundary() -> Iterator[dict[str, int | None]]:
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield flag
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def stop_outside_the_loop(run_dir: str | Path | None) -> Iterator[None]:
+    """SIGINT/SIGTERM before the loop starts (data loading, init) or after it ends: stop at once with a
+    `stopped:` line; the files written so far are complete (atomic), so the run can be resumed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop_now(signum: int, frame: Any) -> None:
+        raise RunInterrupted(signum, None)
+
+    previous = {sig: signal.signal(sig, stop_now) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except RunInterrupted as exc:
+        if exc.checkpoint is None:
+            again = (
+                f"continue with `convinit train --resume {run_dir}`"
+                if run_dir is not None and (Path(run_dir) / "config.yaml").is_file()
+                else "run the same command again"
+            )
+            print(f"stopped: by signal {exc.signum} outside the training loop, nothing lost; {again}")
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -294,13 +332,20 @@ def validate(cfg: TrainConfig) -> None:
     check_available(cfg.dataset, cfg.data_dir, cfg.download)
     shape = dataset_shape(cfg)
     if shape is not None:
+        check_model_args_bounded(cfg.model_args)
         try:  # on the meta device: checks shapes and arguments without allocating weights
             with torch.device("meta"):
-                create_model(cfg.model, **shape, **cfg.model_args)
+                meta_model = create_model(cfg.model, **shape, **cfg.model_args)
         except ConfigError:
             raise
         except Exception:  # an init that needs real values (e.g. fixed filters): build it for real
+            meta_model = None
             build_model(cfg, **shape)
+        if meta_model is not None:
+            batch = cfg.batch_size
+            check_fits_in_memory(
+                meta_model, batch, shape["in_chans"], shape["img_size"], resolve_device(cfg.device)
+            )
     check_loggers(cfg.logger)
     if cfg.track:
         from convinit.analysis import get_tracker
@@ -312,18 +357,6 @@ def validate(cfg: TrainConfig) -> None:
 def new_run_dir(cfg: TrainConfig, out_dir: str | Path = "runs") -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path(out_dir) / f"{cfg.model}-{cfg.dataset}-s{cfg.seed}-{stamp}"
-
-
-def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
-    if (run_dir / "finished.json").exists() and not overwrite:
-        raise ConfigError(f"{run_dir} already holds a finished run; choose another --out or pass --overwrite")
-    if overwrite:
-        for name in ("metrics.jsonl", "metrics.csv", "finished.json", "init_report.json"):
-            (run_dir / name).unlink(missing_ok=True)
-        import shutil
-
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
 
 
 @torch.no_grad()
@@ -380,16 +413,41 @@ def train(
     overwrite: bool = False,
     progress: bool = True,
 ) -> TrainingRun:
-    """Train `cfg` into `run_dir` (a new timestamped folder under runs/ by default), or resume `run_dir`."""
-    if resume:
-        run_dir = Path(run_dir)
-        saved = load_config(run_dir / "config.yaml")
-        if cfg is not None and config_differences(saved, cfg):
-            keys = ", ".join(config_differences(saved, cfg))
-            raise ConfigError(f"--resume {run_dir}: its saved config differs in {keys}; drop the overrides")
-        cfg = saved
-    if cfg is None:
+    """Train `cfg` into `run_dir` (a new timestamped folder under runs/ by default), or resume `run_dir`.
+
+    The run directory is held exclusively while this runs (see `convinit.train.ownership`): a second
+    `train` or `--resume` on it is refused with the holder's PID.
+    """
+    if resume and (run_dir is None or not Path(run_dir).is_dir()):
+        raise ConfigError(
+            f"--resume {run_dir}: no such run directory; pass the folder `convinit train` wrote"
+        )
+    if not resume and cfg is None:
         raise ConfigError("train() needs a config or resume=True with a run directory")
+    if run_dir is None and not under_torchrun():
+        run_dir = new_run_dir(cfg)
+    if run_dir is not None:
+        check_run_dir_path(Path(run_dir))
+    owner = own_run_dir(Path(run_dir)) if run_dir is not None and is_main_rank() else nullcontext()
+    with owner, stop_outside_the_loop(run_dir):
+        if resume:
+            cfg = resumed_config(cfg, Path(run_dir))
+        return train_owned(cfg, run_dir, resume, overwrite, progress)
+
+
+def resumed_config(cfg: TrainConfig | None, run_dir: Path) -> TrainConfig:
+    """The saved config of `run_dir`; ConfigError if `cfg` is given and differs from it."""
+    saved = load_config(run_dir / "config.yaml")
+    if cfg is not None and config_differences(saved, cfg):
+        keys = ", ".join(config_differences(saved, cfg))
+        raise ConfigError(f"--resume {run_dir}: its saved config differs in {keys}; drop the overrides")
+    return saved
+
+
+def train_owned(
+    cfg: TrainConfig, run_dir: str | Path | None, resume: bool, overwrite: bool, progress: bool
+) -> TrainingRun:
+    """The body of `train`, run while this process owns `run_dir`."""
     validate(cfg)
     device = resolve_device(cfg.device)
     ddp = setup_distributed(device.type == "cuda")
@@ -404,6 +462,7 @@ def train(
     if not resume and ddp.is_main:
         prepare_run_dir(run_dir, overwrite)
         save_config(cfg, run_dir / "config.yaml")
+
     barrier(ddp)
     dtype = autocast_dtype(cfg, device)
     seed_everything(cfg.seed, cfg.deterministic)
@@ -411,11 +470,13 @@ def train(
     img_size = cfg.img_size or dataset.img_size
     model = build_model(cfg, dataset.num_classes, dataset.in_chans, img_size)
     checkpoint = latest_checkpoint(run_dir) if resume else None
+    if resume and checkpoint is None:
+        refuse_if_all_damaged(run_dir)
     if checkpoint is None:  # a new run, or one killed before its first intact checkpoint: start over
         report = initialize_model(cfg, model)
         if ddp.is_main:
             init_report = report
-            (run_dir / "init_report.json").write_text(json.dumps(report, indent=1, default=str))
+            atomic_write_text(run_dir / "init_report.json", json.dumps(report, indent=1, default=str))
     model.to(device)
     layout = memory_format(cfg)  # of the input batches; the model's 4-D (conv) weights follow it
     if cfg.channels_last:
@@ -601,6 +662,12 @@ def train(
             seconds = running["seconds"] + time.perf_counter() - tic
             totals = sum_across_ranks([running["loss"], running["correct"], running["seen"]], ddp, device)
             running.update(loss=totals[0], correct=totals[1], seen=totals[2])
+            if running["seen"] == 0:  # on_nonfinite=skip skipped every step: the epoch learned nothing
+                bar.close()
+                raise TrainingDiverged(
+                    f"every step of epoch {epoch + 1} was non-finite and skipped ({skipped} in all); the "
+                    f"run is not training: lower lr (lr={cfg.lr}) or add warmup_epochs / clip_grad"
+                )
             row = {
                 "epoch": epoch + 1,
                 "train_loss": running["loss"] / max(running["seen"], 1),
@@ -632,7 +699,7 @@ def train(
     trackers.close()
     rows = log.rows()
     if ddp.is_main:
-        (run_dir / "finished.json").write_text(json.dumps(rows[-1], indent=1))
+        atomic_write_text(run_dir / "finished.json", json.dumps(rows[-1], indent=1))
     return TrainingRun(run_dir=run_dir, model=model, metrics=rows)
 
 
@@ -644,17 +711,19 @@ def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -
             f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
         )
     cfg = load_config(run_dir / "config.yaml")
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
-    if ema and not (checkpoint / "ema.safetensors").exists():
-        raise ConfigError(f"{run_dir} was trained without EMA (ema_decay); drop --ema")
     dev = resolve_device(device)
     dataset, _ = prepare_data(cfg)
     img_size = cfg.img_size or dataset.img_size
     model = build_model(cfg, dataset.num_classes, dataset.in_chans, img_size)
     target = AveragedModel(model, use_buffers=True) if ema else model
-    load_weights(target, checkpoint, ema=ema)
+    with reading_checkpoints(run_dir):  # a training run cannot prune it while it is read
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
+        if ema and not (checkpoint / "ema.safetensors").exists():
+            raise ConfigError(f"{run_dir} was trained without EMA (ema_decay); drop --ema")
+        load_weights(target, checkpoint, ema=ema)
+        epoch = int(math.floor(load_train_state(checkpoint)["epoch"]))
     target.to(dev)
     if cfg.channels_last:
         target.to(memory_format=torch.channels_last)
@@ -666,5 +735,5 @@ def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -
         "checkpoint": str(checkpoint),
         "test_loss": loss,
         "test_acc": acc,
-        "epoch": int(math.floor(load_train_state(checkpoint)["epoch"])),
+        "epoch": epoch,
     }

@@ -1,0 +1,99 @@
+"""A stated limit on model size, checked before anything is allocated.
+
+A model too large for the machine used to be OOM-killed by the kernel with no message (dim=10000000)
+or to hang while its modules were built (depth=100000000). Before training, `check_model_args_bounded`
+refuses any integer model argument over `MAX_MODEL_ARG`, and `check_fits_in_memory` builds the model on
+the meta device (shapes only, no memory), estimates what training needs (weights, gradients and two
+optimiser moments per parameter, plus the activations of one batch, from a forward pass on the meta
+device) and refuses it when that exceeds the memory available on the training device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from convinit.errors import ConfigError
+
+MAX_MODEL_ARG = 65536  # no integer model argument (dim, depth, heads, ...) may exceed this
+COPIES_PER_PARAMETER = 4  # weights, gradients, Adam's two moments (EMA adds one more)
+GIB = 1 << 30
+
+
+def check_model_args_bounded(model_args: dict[str, Any]) -> None:
+    """ConfigError for an integer model argument beyond `MAX_MODEL_ARG`, before any module is built."""
+    for key, value in model_args.items():
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_MODEL_ARG:
+            raise ConfigError(
+                f"model_args.{key}={value} is over the limit of {MAX_MODEL_ARG} for an integer model "
+                "argument; use a realistic size"
+            )
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes free on `device` now (CUDA: the driver's count; CPU: MemAvailable), None if unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def activation_bytes(model: nn.Module, batch: torch.Tensor) -> int:
+    """Sum of every leaf module's output size for one forward pass on the meta device (0 if the model
+    cannot run there): about what autograd keeps for the backward pass."""
+    total = 0
+
+    def count(module: nn.Module, inputs: Any, output: Any) -> None:
+        nonlocal total
+        if isinstance(output, torch.Tensor):
+            total += output.numel() * 4  # float32
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(count) for m in leaves]
+    try:
+        with torch.no_grad():
+            model(batch)
+    except Exception:  # an op without a meta kernel: the parameter estimate alone still guards
+        return 0
+    finally:
+        for handle in handles:
+            handle.remove()
+    return total
+
+
+def check_fits_in_memory(
+    meta_model: nn.Module,
+    batch_size: int,
+    in_chans: int,
+    img_size: int | tuple[int, int],
+    device: torch.device,
+) -> None:
+    """ConfigError when training `meta_model` (built on the meta device) needs more than `device` has."""
+    free = available_memory(device)
+    if free is None:
+        return
+    parameters = sum(p.numel() for p in meta_model.parameters())
+    state = parameters * 4 * COPIES_PER_PARAMETER
+    if state > free:  # no forward pass needed to know
+        activations = 0
+    else:
+        size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        activations = activation_bytes(meta_model, torch.empty(batch_size, in_chans, *size, device="meta"))
+    if state + activations > free:
+        need, state_gib, act_gib = (state + activations) / GIB, state / GIB, activations / GIB
+        raise ConfigError(
+            f"this model needs about {need:.1f} GiB to train ({parameters:,} parameters: {state_gib:.1f} GiB "
+            f"of weights, gradients and optimiser state; {act_gib:.1f} GiB of activations at batch_size "
+            f"{batch_size}) but {device.type} has {free / GIB:.1f} GiB available; make the model smaller "
+            "or lower batch_size"
+        )

@@ -1,0 +1,94 @@
+"""Who may write a run directory, and how readers keep a checkpoint from being pruned under them.
+
+Two advisory locks (`fcntl.flock`), both released by the kernel when their process dies, so a SIGKILL
+never leaves a stale lock behind:
+
+- `RUN_DIR/.owner.lock`, held exclusively for the whole of `train`, `--resume` and a grid's run: a
+  second writer is refused at once with the holder's PID (written into the file).
+- `RUN_DIR/.readers.lock`: readers (`eval`, `export`, `predict`, `teacher=`) hold it shared while they
+  find, verify and load a checkpoint; the trainer takes it exclusively only to delete checkpoints, so
+  pruning waits for a reader that is loading the checkpoint it would remove, and never the reverse.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+
+from convinit.errors import ConfigError
+
+OWNER_LOCK = ".owner.lock"
+READERS_LOCK = ".readers.lock"
+LOCK_FILES = (OWNER_LOCK, READERS_LOCK)
+
+
+def lock_holder(run_dir: Path) -> str:
+    """The PID recorded by the current owner ("an unknown process" until it has written it)."""
+    try:
+        pid = (run_dir / OWNER_LOCK).read_text().strip()
+    except OSError:
+        pid = ""
+    return f"process {pid}" if pid.isdigit() else "another process"
+
+
+@contextmanager
+def own_run_dir(run_dir: Path) -> Iterator[None]:
+    """Hold `run_dir` exclusively while the block runs; ConfigError naming the holder if it is taken."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / OWNER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write to run directory {run_dir} ({exc.strerror}); choose a writable --out"
+        ) from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"{run_dir} is in use by {lock_holder(run_dir)} (a convinit run training into it); "
+                "wait for it to finish or stop it, then continue with --resume"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def open_readers_lock(run_dir: Path) -> int | None:
+    """A descriptor on the readers' lock file, created if possible; None on a read-only directory
+    (which nobody can prune either)."""
+    path = run_dir / READERS_LOCK
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        try:
+            return os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+
+
+@contextmanager
+def readers_lock(run_dir: Path, exclusive: bool) -> Iterator[None]:
+    fd = open_readers_lock(run_dir) if run_dir.is_dir() else None
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def reading_checkpoints(run_dir: Path) -> AbstractContextManager[None]:
+    """Hold while finding, verifying and loading a checkpoint of `run_dir`: no checkpoint is removed."""
+    return readers_lock(Path(run_dir), exclusive=False)
+
+
+def removing_checkpoints(run_dir: Path) -> AbstractContextManager[None]:
+    """Hold while deleting checkpoints: waits for readers that are loading one."""
+    return readers_lock(Path(run_dir), exclusive=True)
