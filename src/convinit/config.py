@@ -4,7 +4,7 @@ A preset is a YAML file of flat keys (see `TrainConfig`) shipped in `convinit/co
 path; `extends: NAME` starts from another preset. Overrides are `key=value` strings parsed as YAML
 values; `model_args.dim=128` sets one entry of a dict-valued key. Validation rejects unknown keys,
 wrong types and impossible values with a one-line ConfigError; the model's own arguments are checked
-by building it (see `convinit.train.trainer.build_model`).
+by building it (see `convinit.train.model_setup.build_model`).
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the training forward/backward (checkpoints keep plain keys)
     channels_last: bool = False  # model and batches in channels_last memory format (faster ConvMixer convs)
     eval_batch_size: int = 1000
+    log_every: int = 10  # steps between reads of the device's running totals (progress, loggers, NaN checks)
     eval_every: int = (
         1  # evaluate on the test set every N epochs (and after the last); 0: after the last only
     )
@@ -277,7 +278,7 @@ def check_values(cfg: TrainConfig) -> None:
             raise ConfigError(
                 f"config key {key!r} must be one of {', '.join(options)}, got {getattr(cfg, key)!r}"
             )
-    positive = ["epochs", "batch_size", "eval_batch_size", "repeated_aug"]
+    positive = ["epochs", "batch_size", "eval_batch_size", "repeated_aug", "log_every"]
     for key in positive:
         if getattr(cfg, key) < 1:
             raise ConfigError(f"config key {key!r} must be at least 1, got {getattr(cfg, key)}")

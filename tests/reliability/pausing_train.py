@@ -26,8 +26,9 @@ import sys
 from pathlib import Path
 
 from convinit import cli
+from convinit.data import MixupCutmix
 from convinit.train import checkpoint as checkpoint_module
-from convinit.train import trainer as trainer_module
+from convinit.train.metrics import MetricsLog
 
 
 def pause(marker: Path | None) -> None:
@@ -37,7 +38,7 @@ def pause(marker: Path | None) -> None:
 
 
 def pause_at_step(n: int, marker: Path | None) -> None:
-    original = trainer_module.MixupCutmix.__call__
+    original = MixupCutmix.__call__
     calls = {"n": 0}
 
     def counting_call(self, images, labels):
@@ -46,7 +47,7 @@ def pause_at_step(n: int, marker: Path | None) -> None:
             pause(marker)
         return original(self, images, labels)
 
-    trainer_module.MixupCutmix.__call__ = counting_call
+    MixupCutmix.__call__ = counting_call
 
 
 def pause_in_save(n: int, marker: Path | None) -> None:
@@ -66,7 +67,7 @@ def pause_in_save(n: int, marker: Path | None) -> None:
 
 
 def log_rss(path: Path) -> None:
-    original = trainer_module.MetricsLog.append
+    original = MetricsLog.append
 
     def append_and_log(self, row):
         original(self, row)
@@ -75,7 +76,7 @@ def log_rss(path: Path) -> None:
         with open(path, "a") as f:
             f.write(f"{row['epoch']} {rss_kb}\n")
 
-    trainer_module.MetricsLog.append = append_and_log
+    MetricsLog.append = append_and_log
 
 
 def main() -> int:

@@ -15,11 +15,11 @@ from killable_runs import EXACT_OVERRIDES, assert_same_run, stable_metrics, star
 
 from convinit.cli import main
 from convinit.config import resolve_config
+from convinit.data import MixupCutmix
 from convinit.errors import TrainingDiverged
 from convinit.train import train
-from convinit.train import trainer as trainer_module
 from convinit.train.checkpoint import list_checkpoints
-from convinit.train.trainer import RunInterrupted
+from convinit.train.signals import RunInterrupted
 
 
 def train_args(run_dir) -> list[str]:
@@ -84,7 +84,7 @@ def test_skipped_nonfinite_steps_count_across_a_resume(tmp_path, monkeypatch):
     # interrupted run trains on where the uninterrupted one stops. Poisoned steps 2, 5 and 7 with a
     # limit of 2: both runs must stop at step 7, the resumed one after a Ctrl-C at step 6.
     calls = {"n": 0, "interrupt": False}
-    original = trainer_module.MixupCutmix.__call__
+    original = MixupCutmix.__call__
 
     def poison_and_interrupt(self, images, labels):
         calls["n"] += 1
@@ -93,7 +93,7 @@ def test_skipped_nonfinite_steps_count_across_a_resume(tmp_path, monkeypatch):
         out, targets = original(self, images, labels)
         return (out * float("nan") if calls["n"] in (2, 5, 7) else out), targets
 
-    monkeypatch.setattr(trainer_module.MixupCutmix, "__call__", poison_and_interrupt)
+    monkeypatch.setattr(MixupCutmix, "__call__", poison_and_interrupt)
     overrides = ["on_nonfinite=skip", "max_nonfinite_skips=2", *EXACT_OVERRIDES]
     with pytest.raises(TrainingDiverged, match="3 non-finite steps"):
         train(resolve_config(None, overrides), run_dir=tmp_path / "straight", progress=False)

@@ -16,7 +16,7 @@ from killable_runs import EXACT_OVERRIDES, child_env, start_cli, wait_until
 
 from convinit.cli import main
 from convinit.errors import ConfigError
-from convinit.train import trainer as trainer_module
+from convinit.train import data_source
 from convinit.train.checkpoint import list_checkpoints
 from convinit.train.ownership import own_run_dir, reading_checkpoints
 
@@ -96,13 +96,13 @@ def test_a_killed_grid_takes_its_children_with_it(tmp_path):
 
 
 def test_a_signal_before_the_loop_starts_prints_a_stopped_line(tmp_path, monkeypatch, capsys):
-    original = trainer_module.prepare_data
+    original = data_source.load_dataset
 
-    def interrupted_while_loading(cfg):
+    def interrupted_while_loading(*args, **kwargs):
         signal.raise_signal(signal.SIGTERM)
-        return original(cfg)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "prepare_data", interrupted_while_loading)
+    monkeypatch.setattr(data_source, "load_dataset", interrupted_while_loading)
     assert main(train_args(tmp_path / "run")) == 128 + signal.SIGTERM
     out = capsys.readouterr().out
     assert "stopped: by signal 15 outside the training loop, nothing lost" in out

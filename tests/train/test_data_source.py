@@ -50,7 +50,7 @@ def test_auto_keeps_a_folder_on_the_device_when_it_fits_the_budget(jpeg_folder):
 def test_auto_streams_a_folder_larger_than_the_budget_and_says_why(jpeg_folder):
     data = build_data(folder_config(jpeg_folder, "data_budget_gb=0.00001", "repeated_aug=3"), CPU)
     assert data.mode == "stream" and "exceeds" in data.reason and isinstance(data.train, StreamLoader)
-    assert (data.num_classes, data.in_chans, data.img_size, data.train_size) == (20, 3, (32, 32), 80)
+    assert (data.num_classes, data.in_chans, data.img_size, data.train_size) == (20, 3, 32, 80)
     images, labels = next(iter(data.train))
     inputs = data.augment(images)
     assert inputs.shape == (8, 3, 32, 32) and inputs.dtype == torch.float32 and labels.shape == (8,)

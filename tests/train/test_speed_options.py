@@ -18,11 +18,13 @@ from safetensors.torch import load_file
 from torch._dynamo.utils import counters
 
 from convinit.config import resolve_config
+from convinit.data import BatchAugment, MixupCutmix
 from convinit.errors import ConfigError, TrainingDiverged
 from convinit.train import evaluate_run, train
-from convinit.train import trainer as trainer_module
+from convinit.train import setup as setup_module
 from convinit.train.checkpoint import list_checkpoints, load_train_state
-from convinit.train.trainer import RunInterrupted, check_forward
+from convinit.train.model_setup import check_forward
+from convinit.train.signals import RunInterrupted
 
 VOLATILE = {"seconds", "images_per_s"}
 
@@ -92,7 +94,7 @@ def test_fp16_checkpoint_holds_the_scaler_and_a_resumed_run_equals_an_uninterrup
     assert final_scaler_state(reference.run_dir)["scale"] < high_initial_fp16_scale
 
     calls = {"n": 0}
-    original = trainer_module.MixupCutmix.__call__
+    original = MixupCutmix.__call__
 
     def ctrl_c_during_step_four(self, images, labels):
         calls["n"] += 1
@@ -100,13 +102,13 @@ def test_fp16_checkpoint_holds_the_scaler_and_a_resumed_run_equals_an_uninterrup
             signal.raise_signal(signal.SIGINT)
         return original(self, images, labels)
 
-    monkeypatch.setattr(trainer_module.MixupCutmix, "__call__", ctrl_c_during_step_four)
+    monkeypatch.setattr(MixupCutmix, "__call__", ctrl_c_during_step_four)
     with pytest.raises(RunInterrupted) as info:
         train(resolve_config(None, overrides), run_dir=tmp_path / "resumed", progress=False)
     assert info.value.checkpoint.name == "epoch-0000-step-000004"
     saved = load_train_state(info.value.checkpoint)["scaler"]
     assert saved["scale"] == high_initial_fp16_scale / 2**4  # halved at each of the 4 steps so far
-    monkeypatch.setattr(trainer_module.MixupCutmix, "__call__", original)
+    monkeypatch.setattr(MixupCutmix, "__call__", original)
     resumed = train(run_dir=tmp_path / "resumed", resume=True, progress=False)
 
     for name, tensor in reference.model.state_dict().items():
@@ -146,7 +148,7 @@ def test_compiled_training_matches_eager_and_saves_keys_without_orig_mod(
         assert keys == set(load_file(list_checkpoints(eager.run_dir)[-1] / name)), name
         assert not any("_orig_mod" in key for key in keys), name
     # inductor fuses and reorders float32 arithmetic: equal up to rounding (measured ~6e-7 here)
-    images = trainer_module.BatchAugment(digits.mean, digits.std)(digits.test_images[:100])
+    images = BatchAugment(digits.mean, digits.std)(digits.test_images[:100])
     with torch.no_grad():
         logits_eager, logits_compiled = eager.model.eval()(images), compiled.model.eval()(images)
     torch.testing.assert_close(logits_compiled, logits_eager, atol=1e-4, rtol=1e-4)
@@ -181,7 +183,7 @@ def write_rgb_folder(root, per_class: int = 30, size: int = 8) -> None:
 def test_channels_last_convmixer_trains_like_the_default_layout(tmp_path, monkeypatch):
     write_rgb_folder(tmp_path / "data")
     layouts: list[bool] = []
-    original = trainer_module.build_model
+    original = setup_module.build_model
 
     def record_stem_layout(*args, **kwargs):
         model = original(*args, **kwargs)
@@ -190,7 +192,7 @@ def test_channels_last_convmixer_trains_like_the_default_layout(tmp_path, monkey
         )
         return model
 
-    monkeypatch.setattr(trainer_module, "build_model", record_stem_layout)
+    monkeypatch.setattr(setup_module, "build_model", record_stem_layout)
     overrides = [
         "dataset=folder",
         f"data_dir={tmp_path / 'data'}",

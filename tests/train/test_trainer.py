@@ -10,11 +10,11 @@ import torch
 from safetensors.torch import load_file
 
 from convinit.config import resolve_config
+from convinit.data import MixupCutmix
 from convinit.errors import ConfigError, TrainingDiverged
 from convinit.train import evaluate_run, train
-from convinit.train import trainer as trainer_module
 from convinit.train.checkpoint import list_checkpoints
-from convinit.train.trainer import RunInterrupted
+from convinit.train.signals import RunInterrupted
 
 VOLATILE = {"seconds", "images_per_s"}
 
@@ -56,7 +56,7 @@ def test_interrupted_run_resumes_to_the_same_weights_and_metrics(tmp_path, tiny_
     reference = train(resolve_config(None, overrides), run_dir=tmp_path / "reference", progress=False)
 
     calls = {"n": 0}
-    original = trainer_module.MixupCutmix.__call__
+    original = MixupCutmix.__call__
 
     def ctrl_c_during_step_five_of_epoch_two(self, images, labels):
         calls["n"] += 1
@@ -64,14 +64,14 @@ def test_interrupted_run_resumes_to_the_same_weights_and_metrics(tmp_path, tiny_
             signal.raise_signal(signal.SIGINT)
         return original(self, images, labels)
 
-    monkeypatch.setattr(trainer_module.MixupCutmix, "__call__", ctrl_c_during_step_five_of_epoch_two)
+    monkeypatch.setattr(MixupCutmix, "__call__", ctrl_c_during_step_five_of_epoch_two)
     with pytest.raises(RunInterrupted):
         train(resolve_config(None, overrides), run_dir=tmp_path / "resumed", progress=False)
     assert [c.name for c in list_checkpoints(tmp_path / "resumed")] == [
         "epoch-0001",
         "epoch-0001-step-000005",
     ]
-    monkeypatch.setattr(trainer_module.MixupCutmix, "__call__", original)
+    monkeypatch.setattr(MixupCutmix, "__call__", original)
     resumed = train(run_dir=tmp_path / "resumed", resume=True, progress=False)
 
     for name, tensor in reference.model.state_dict().items():
@@ -160,14 +160,14 @@ def test_nonfinite_loss_stops_with_step_checkpoint_and_causes(tmp_path, tiny_ove
 
 def test_nonfinite_steps_are_skipped_up_to_the_limit(tmp_path, tiny_overrides, monkeypatch):
     calls = {"n": 0}
-    original = trainer_module.MixupCutmix.__call__
+    original = MixupCutmix.__call__
 
     def poison_three_batches(self, images, labels):
         calls["n"] += 1
         out_images, targets = original(self, images, labels)
         return (out_images * float("nan") if calls["n"] in (2, 5, 7) else out_images), targets
 
-    monkeypatch.setattr(trainer_module.MixupCutmix, "__call__", poison_three_batches)
+    monkeypatch.setattr(MixupCutmix, "__call__", poison_three_batches)
     cfg = resolve_config(None, tiny_overrides + ["on_nonfinite=skip", "max_nonfinite_skips=3"])
     run = train(cfg, run_dir=tmp_path / "run", progress=False)
     assert all(torch.isfinite(p).all() for p in run.model.parameters())

@@ -15,7 +15,8 @@ from convinit.data import BatchAugment
 from convinit.experiments.grid import slug
 from convinit.init import initialize
 from convinit.train.checkpoint import latest_checkpoint, load_weights
-from convinit.train.trainer import build_model, prepare_data, seed_everything
+from convinit.train.model_setup import build_model, prepare_data
+from convinit.train.rng import seed_everything
 
 
 def has_attention(model: nn.Module) -> bool:

@@ -42,7 +42,7 @@ class DataSource:
     eval_transform: Callable[[torch.Tensor], torch.Tensor]
     classes: list[str]
     in_chans: int
-    img_size: tuple[int, int]
+    img_size: int | tuple[int, int]  # as the model is built: the config's, else the dataset's (H, W)
     mean: tuple[float, ...]
     std: tuple[float, ...]
     train_size: int
@@ -109,7 +109,7 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
     keep = stratified_subset(
         dataset.train_labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order
     )
-    img_size = pair(cfg.img_size or dataset.img_size)
+    img_size = cfg.img_size or dataset.img_size
     common = dict(
         classes=dataset.classes,
         in_chans=dataset.in_chans,
@@ -119,7 +119,7 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
         train_size=len(keep),
     )
     if mode == "stream":
-        recipe = stream_recipe(cfg, img_size[0], dataset.mean, dataset.std, dataset.in_chans)
+        recipe = stream_recipe(cfg, pair(img_size)[0], dataset.mean, dataset.std, dataset.in_chans)
         train_set = StreamingImages(
             dataset.train_images[keep], dataset.train_labels[keep], recipe.train_transform(), dataset.in_chans
         )
@@ -141,8 +141,8 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
         repeats=cfg.repeated_aug,
     )
     test = DeviceLoader(dataset.test_images, dataset.test_labels, cfg.eval_batch_size, device)
-    augment = device_augmentation(cfg, dataset.mean, dataset.std, img_size).to(device)
-    eval_transform = BatchAugment(dataset.mean, dataset.std, img_size).to(device)
+    augment = device_augmentation(cfg, dataset.mean, dataset.std, pair(img_size)).to(device)
+    eval_transform = BatchAugment(dataset.mean, dataset.std, pair(img_size)).to(device)
     return DataSource("device", reason, train, test, augment, eval_transform, **common)
 
 
@@ -225,8 +225,8 @@ def streamed_folder(
     labels = torch.tensor(files.train_labels)
     keep = stratified_subset(labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order).tolist()
     mean, std = (IMAGENET_MEAN, IMAGENET_STD) if in_chans == 3 else ((0.449,), (0.226,))  # timm's grey
-    img_size = pair(cfg.img_size or 224)
-    recipe = stream_recipe(cfg, img_size[0], mean, std, in_chans)
+    img_size = cfg.img_size or 224
+    recipe = stream_recipe(cfg, img_size, mean, std, in_chans)
     train_set = StreamingImages(
         [files.train_paths[i] for i in keep], labels[keep].tolist(), recipe.train_transform(), in_chans
     )

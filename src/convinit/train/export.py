@@ -10,8 +10,8 @@ from convinit.config import load_config
 from convinit.data import dataset_info
 from convinit.errors import ConfigError
 from convinit.train.checkpoint import latest_checkpoint, load_weights
+from convinit.train.model_setup import build_model, prepare_data
 from convinit.train.ownership import reading_checkpoints
-from convinit.train.trainer import build_model, prepare_data
 
 
 def export_run(run_dir: str | Path, out: str | Path | None = None) -> nn.Module:

@@ -1,6 +1,6 @@
 """Experiment trackers beside the always-on metrics files: TensorBoard and Weights & Biases.
 
-`logger: [csv, tensorboard, wandb]` in a config. Per step (every LOG_EVERY steps): loss, lr and
+`logger: [csv, tensorboard, wandb]` in a config. Every `log_every` steps: mean loss, lr and
 images/s; per epoch: the metrics row (accuracy, non-locality, gates); at the start: the init report,
 the resolved config and the provenance (git commit). wandb honours WANDB_MODE=offline, so it works
 without a network. A tracker whose package is missing fails before training with the pip hint.
@@ -16,7 +16,6 @@ from convinit.errors import ConfigError
 
 LOGGERS = ("csv", "tensorboard", "wandb")
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
-LOG_EVERY = 10
 
 
 def check_loggers(names: list[str]) -> None:
@@ -90,9 +89,8 @@ class Trackers:
         self.loggers = [kinds[name](run_dir, config, metadata) for name in names if name in kinds]
 
     def log_step(self, step: int, values: dict[str, Any]) -> None:
-        if step % LOG_EVERY == 0:
-            for logger in self.loggers:
-                logger.log_step(step, values)
+        for logger in self.loggers:
+            logger.log_step(step, values)
 
     def log_epoch(self, epoch: int, values: dict[str, Any]) -> None:
         for logger in self.loggers:

@@ -26,7 +26,8 @@ from typing import Any
 
 from convinit.config import TrainConfig, save_config
 from convinit.errors import ConfigError
-from convinit.train.trainer import RunInterrupted, train
+from convinit.train.signals import RunInterrupted
+from convinit.train.trainer import train
 
 try:
     from submitit.helpers import Checkpointable, DelayedSubmission

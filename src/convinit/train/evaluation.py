@@ -1,0 +1,90 @@
+"""Test loss and accuracy, and the analysis trackers, of a model or of a run's newest checkpoint."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim.swa_utils import AveragedModel
+
+from convinit.config import load_config
+from convinit.errors import ConfigError
+from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
+from convinit.train.data_source import build_data
+from convinit.train.device import autocast_dtype, memory_format, resolve_device
+from convinit.train.model_setup import build_model
+from convinit.train.ownership import reading_checkpoints
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    transform: Callable[[torch.Tensor], torch.Tensor],
+    dtype: torch.dtype | None,
+    layout: torch.memory_format = torch.contiguous_format,
+) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy (%) over the loader, in the training run's precision and layout;
+    the sums stay on the device and are read once at the end."""
+    model.eval()
+    totals, count = None, 0
+    for images, labels in loader:
+        inputs = transform(images).contiguous(memory_format=layout)
+        labels = labels.to(inputs.device, non_blocking=True)
+        with torch.autocast(inputs.device.type, dtype=dtype, enabled=dtype is not None):
+            logits = model(inputs)
+        batch = torch.stack(
+            [
+                F.cross_entropy(logits.float(), labels, reduction="sum"),
+                (logits.argmax(1) == labels).sum().float(),
+            ]
+        )
+        totals = batch if totals is None else totals + batch
+        count += len(labels)
+    loss, correct = totals.tolist()
+    return loss / count, 100.0 * correct / count
+
+
+@torch.no_grad()
+def run_trackers(model: nn.Module, names: list[str], images: torch.Tensor) -> dict[str, float]:
+    """The per-epoch analysis figures (`track=[nonlocality, gates]`) on a fixed batch of test images."""
+    if not names:
+        return {}
+    from convinit.analysis import get_tracker
+
+    model.eval()
+    values: dict[str, float] = {}
+    for name in names:
+        values.update(get_tracker(name)(model, images))
+    return values
+
+
+def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -> dict[str, float]:
+    """Test loss and accuracy of a run's newest intact checkpoint, read as the run reads its test set."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(
+            f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
+        )
+    cfg = load_config(run_dir / "config.yaml")
+    dev = resolve_device(device)
+    data = build_data(cfg, dev)
+    model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
+    target = AveragedModel(model, use_buffers=True) if ema else model
+    with reading_checkpoints(run_dir):  # a training run cannot prune it while it is read
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
+        if ema and not (checkpoint / "ema.safetensors").exists():
+            raise ConfigError(f"{run_dir} was trained without EMA (ema_decay); drop --ema")
+        load_weights(target, checkpoint, ema=ema)
+        epoch = int(math.floor(load_train_state(checkpoint)["epoch"]))
+    target.to(dev)
+    if cfg.channels_last:
+        target.to(memory_format=torch.channels_last)
+    loss, acc = evaluate(target, data.test, data.eval_transform, autocast_dtype(cfg, dev), memory_format(cfg))
+    return {"checkpoint": str(checkpoint), "test_loss": loss, "test_acc": acc, "epoch": epoch}

@@ -1,0 +1,151 @@
+"""Everything a run is made of, built in one place from its config: data source, model, optimiser,
+schedule, loss scaler, EMA, metrics log and trackers, restored from a checkpoint when resuming."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+from convinit.atomic import atomic_write_text
+from convinit.config import TrainConfig, save_config
+from convinit.data import MixupCutmix
+from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
+from convinit.train.data_source import DataSource, build_data
+from convinit.train.device import autocast_dtype, memory_format
+from convinit.train.distributed import DistributedContext, barrier
+from convinit.train.loggers import Trackers
+from convinit.train.metrics import MetricsLog
+from convinit.train.model_setup import build_model, check_forward, initialize_model
+from convinit.train.optim import build_optimizer, build_scheduler
+from convinit.train.rng import seed_everything
+from convinit.train.run_dir import prepare_run_dir, refuse_if_all_damaged
+from convinit.train.state import TrainState
+from convinit.train.step import DeviceEMA, StepParts, StepTotals
+from convinit.train.teacher import load_teacher
+
+TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
+
+
+@dataclass
+class Run:
+    """A run ready to train: what the epoch loop reads and moves."""
+
+    cfg: TrainConfig
+    run_dir: Path
+    device: torch.device
+    ddp: DistributedContext
+    data: DataSource
+    model: nn.Module
+    parts: StepParts
+    state: TrainState
+    log: MetricsLog
+    trackers: Trackers
+    track_images: torch.Tensor
+    checkpoint: Path | None  # the checkpoint resumed from, if any
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.data.train)
+
+
+def prepare_model(cfg: TrainConfig, data: DataSource, run_dir: Path, fresh: bool, is_main: bool) -> nn.Module:
+    """Build the model; a fresh run initialises it and writes `init_report.json`."""
+    model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
+    if fresh:  # a new run, or one killed before its first intact checkpoint: start over
+        report = initialize_model(cfg, model)
+        model.init_report = report
+        if is_main:
+            atomic_write_text(run_dir / "init_report.json", json.dumps(report, indent=1, default=str))
+    return model
+
+
+def step_parts(
+    cfg: TrainConfig, data: DataSource, model: nn.Module, ddp: DistributedContext, device
+) -> StepParts:
+    """The training step's pieces: optimiser, schedule, scaler, loss, mixing, teacher, EMA, wrappers."""
+    optimizer = build_optimizer(model, cfg)
+    net = DistributedDataParallel(model) if ddp.enabled else model  # DDP syncs weights from rank 0
+    if cfg.compile:  # after DDP, so torch's DDPOptimizer splits graphs at gradient buckets; `model`
+        net = torch.compile(net)  # stays uncompiled for checkpoints, EMA and evaluation (no _orig_mod.)
+    return StepParts(
+        net=net,
+        model=model,
+        optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, cfg, len(data.train)),
+        # fp16 needs loss scaling: small gradients would underflow to 0 (disabled, every call is a no-op)
+        scaler=torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16"),
+        criterion=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
+        mix=MixupCutmix(data.num_classes, cfg.mixup, cfg.cutmix),
+        augment=data.augment,
+        teacher=load_teacher(cfg, data.num_classes, device),
+        ema=DeviceEMA(model, cfg.ema_decay) if cfg.ema_decay else None,
+        layout=memory_format(cfg),
+        dtype=autocast_dtype(cfg, device),
+        distill_weight=cfg.distill_weight,
+        clip_grad=cfg.clip_grad,
+        check_loss=not ddp.enabled,  # under DDP the loss is per rank; the all-reduced gradient norm is shared
+    )
+
+
+def build_run(
+    cfg: TrainConfig,
+    run_dir: Path,
+    resume: bool,
+    overwrite: bool,
+    ddp: DistributedContext,
+    device: torch.device,
+) -> Run:
+    """Every part of the run, restored from its newest intact checkpoint when resuming."""
+    if not resume and ddp.is_main:
+        prepare_run_dir(run_dir, overwrite)
+        save_config(cfg, run_dir / "config.yaml")
+    barrier(ddp)
+    seed_everything(cfg.seed, cfg.deterministic)
+    data = build_data(cfg, device, ddp.rank, ddp.world_size)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if resume and checkpoint is None:
+        refuse_if_all_damaged(run_dir)
+    model = prepare_model(cfg, data, run_dir, checkpoint is None, ddp.is_main).to(device)
+    if cfg.channels_last:  # the input batches' layout; the model's 4-D (conv) weights follow it
+        model.to(memory_format=memory_format(cfg))
+    parts = step_parts(cfg, data, model, ddp, device)
+    track_images = data.test_batch(TRACK_BATCH, device)
+    check_forward(cfg, model, track_images[:2], data.num_classes)
+    state = TrainState(parts.optimizer, parts.scheduler, parts.scaler, StepTotals(device))
+    run = Run(
+        cfg,
+        run_dir,
+        device,
+        ddp,
+        data,
+        model,
+        parts,
+        state,
+        MetricsLog(run_dir),
+        Trackers(cfg.logger if ddp.is_main else [], run_dir, cfg.to_dict()),
+        track_images,
+        checkpoint,
+    )
+    if checkpoint is not None:
+        restore(run, checkpoint)
+    elif ddp.is_main:
+        run.log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
+        run.trackers.log_init(model.init_report)
+    return run
+
+
+def restore(run: Run, checkpoint: Path) -> None:
+    """Weights, EMA and train state from `checkpoint`; the metrics log back to its epoch."""
+    load_weights(run.model, checkpoint)
+    if run.parts.ema is not None:
+        load_weights(run.parts.ema, checkpoint, ema=True)
+    state: dict[str, Any] = load_train_state(checkpoint)
+    run.state.load_state_dict(state)
+    if run.ddp.is_main:
+        run.log.truncate_after(run.state.epoch)
