@@ -69,3 +69,53 @@ def test_device_mode_serves_uint8_batches_that_the_augmentation_normalises():
     assert data.mode == "device"
     images, _ = next(iter(data.train))
     assert images.dtype == torch.uint8 and data.augment(images).dtype == torch.float32
+
+
+def test_a_streamed_folder_run_killed_mid_epoch_resumes_to_the_same_weights(
+    jpeg_folder, tmp_path, monkeypatch
+):
+    """The ImageNet-style path end to end: stream forced by a tiny budget, DeiT's repeated augmentation,
+    random resized crops, RandAugment and erasing per sample in worker processes; a Ctrl-C mid-epoch and
+    a resume end bit-identical to an uninterrupted run (deterministic, on the CPU)."""
+    import signal
+
+    from convinit.data import MixupCutmix
+    from convinit.train import train
+    from convinit.train.signals import RunInterrupted
+
+    overrides = [
+        "data_budget_gb=0.00001", "workers=2", "repeated_aug=3", "resized_crop_scale=0.08", "hflip=true",
+        "randaugment_n=2", "randaugment_mstd=0.5", "random_erasing=0.25", "epochs=2", "deterministic=true",
+        "model_args.patch_size=8", "model_args.depth=1", "model_args.dim=16", "model_args.heads=2",
+    ]  # fmt: skip
+    cfg = folder_config(jpeg_folder, *overrides)
+    reference = train(cfg, run_dir=tmp_path / "reference", progress=False)
+    steps = 80 // 8  # 80 training images, batch 8: the epoch length repeated augmentation keeps
+    calls = {"n": 0}
+    original = MixupCutmix.__call__
+
+    def ctrl_c_in_epoch_two(self, images, labels):
+        calls["n"] += 1
+        if calls["n"] == steps + 3:
+            signal.raise_signal(signal.SIGINT)
+        return original(self, images, labels)
+
+    monkeypatch.setattr(MixupCutmix, "__call__", ctrl_c_in_epoch_two)
+    with pytest.raises(RunInterrupted):
+        train(cfg, run_dir=tmp_path / "resumed", progress=False)
+    monkeypatch.setattr(MixupCutmix, "__call__", original)
+    resumed = train(run_dir=tmp_path / "resumed", resume=True, progress=False)
+    for name, tensor in reference.model.state_dict().items():
+        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+    assert resumed.metrics[-1]["test_acc"] == reference.metrics[-1]["test_acc"]
+    with Image.open(tmp_path / "reference" / "augmentations.png") as grid:  # 32 samples, 8 to a row
+        assert grid.size == (8 * 66 + 2, 4 * 66 + 2)
+
+
+def test_a_device_run_writes_a_grid_of_its_augmented_samples(tmp_path, tiny_overrides):
+    from convinit.train import train
+
+    cfg = resolve_config(None, tiny_overrides + ["epochs=1", "crop_padding=1", "randaugment_n=2"])
+    run = train(cfg, run_dir=tmp_path / "run", progress=False)
+    with Image.open(run.run_dir / "augmentations.png") as grid:
+        assert grid.size == (8 * 66 + 2, 4 * 66 + 2)  # digits: 8 px enlarged 8 times, 2 px padding

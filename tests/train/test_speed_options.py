@@ -21,7 +21,7 @@ from convinit.config import resolve_config
 from convinit.data import BatchAugment, MixupCutmix
 from convinit.errors import ConfigError, TrainingDiverged
 from convinit.train import evaluate_run, train
-from convinit.train import setup as setup_module
+from convinit.train import setup as run_setup
 from convinit.train.checkpoint import list_checkpoints, load_train_state
 from convinit.train.model_setup import check_forward
 from convinit.train.signals import RunInterrupted
@@ -183,7 +183,7 @@ def write_rgb_folder(root, per_class: int = 30, size: int = 8) -> None:
 def test_channels_last_convmixer_trains_like_the_default_layout(tmp_path, monkeypatch):
     write_rgb_folder(tmp_path / "data")
     layouts: list[bool] = []
-    original = setup_module.build_model
+    original = run_setup.build_model
 
     def record_stem_layout(*args, **kwargs):
         model = original(*args, **kwargs)
@@ -192,7 +192,7 @@ def test_channels_last_convmixer_trains_like_the_default_layout(tmp_path, monkey
         )
         return model
 
-    monkeypatch.setattr(setup_module, "build_model", record_stem_layout)
+    monkeypatch.setattr(run_setup, "build_model", record_stem_layout)
     overrides = [
         "dataset=folder",
         f"data_dir={tmp_path / 'data'}",

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 # DeiT's RandAugment string (timm's 0-10 magnitude scale; "inc1": the magnitude-increasing ops).
 DEIT_RANDAUGMENT = "rand-m9-mstd0.5-inc1"
@@ -92,6 +93,16 @@ def seed_sample(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+@contextmanager
+def kept_generators() -> Iterator[None]:
+    """Restore Python's, numpy's and torch's CPU generators afterwards."""
+    python, numpy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        yield
+    random.setstate(python)
+    np.random.set_state(numpy)
+
+
 def sample_seed(seed: int, epoch: int, position: int) -> int:
     """The augmentation seed of the sample at `position` of `epoch`'s global order."""
     return int(np.random.SeedSequence([seed, epoch, position]).generate_state(1, dtype=np.uint64)[0] >> 1)
@@ -130,8 +141,12 @@ class StreamingImages(Dataset):
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         index, seed = key
-        seed_sample(seed)
-        return self.transform(self.image(index)), self.labels[index]
+        if get_worker_info() is not None:  # a worker process: its generators are its own
+            seed_sample(seed)
+            return self.transform(self.image(index)), self.labels[index]
+        with kept_generators():  # the main process: leave the training run's generators as they were
+            seed_sample(seed)
+            return self.transform(self.image(index)), self.labels[index]
 
 
 def epoch_order(

@@ -24,6 +24,7 @@ from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset
 from convinit.data.folder import FolderSplits, folder_splits
 from convinit.data.image_files import GRAYSCALE_MODES
 from convinit.data.stream import StreamingImages, StreamLoader, StreamRecipe, choose_data_mode, decoded_bytes
+from convinit.errors import ConfigError
 
 # A folder is streamed with ImageNet's statistics: computing its own would decode every image.
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -169,16 +170,30 @@ def device_augmentation(cfg: TrainConfig, mean: tuple, std: tuple, img_size: tup
 
 def stream_recipe(cfg: TrainConfig, img_size: int, mean: tuple, std: tuple, in_chans: int) -> StreamRecipe:
     """timm's transforms for this config: DeiT's when the preset asks for its pieces."""
+    if cfg.randaugment_n and cfg.randaugment_policy != "timm":
+        raise ConfigError(
+            "the streamed path applies timm's RandAugment; use randaugment_policy=timm or data_mode=device"
+        )
+    if cfg.crop_padding:
+        raise ConfigError(
+            "the streamed path crops with resized_crop_scale (timm's RandomResizedCrop), not "
+            "crop_padding; set crop_padding=0 or data_mode=device"
+        )
     randaugment = None
     if cfg.randaugment_n:
         mstd = f"-mstd{cfg.randaugment_mstd:g}" if cfg.randaugment_mstd else ""
         randaugment = f"rand-m{cfg.randaugment_m:g}-n{cfg.randaugment_n}{mstd}-inc1"
+    if cfg.resized_crop_scale is None:  # no random crop: the central square, resized (timm's fallback)
+        crop_scale, crop_ratio = (1.0, 1.0), (1.0, 1.0)
+    else:
+        crop_scale, crop_ratio = (cfg.resized_crop_scale, 1.0), (3 / 4, 4 / 3)
     return StreamRecipe(
         img_size=img_size,
         mean=tuple(mean),
         std=tuple(std),
         in_chans=in_chans,
-        crop_scale=(cfg.resized_crop_scale or 1.0, 1.0),
+        crop_scale=crop_scale,
+        crop_ratio=crop_ratio,
         hflip=cfg.hflip,
         randaugment=randaugment,
         random_erasing=cfg.random_erasing,

@@ -23,6 +23,7 @@ from convinit.train.loggers import Trackers
 from convinit.train.metrics import MetricsLog
 from convinit.train.model_setup import build_model, check_forward, initialize_model
 from convinit.train.optim import build_optimizer, build_scheduler
+from convinit.train.preview import save_augmentation_preview
 from convinit.train.rng import seed_everything
 from convinit.train.run_dir import prepare_run_dir, refuse_if_all_damaged
 from convinit.train.state import TrainState
@@ -137,6 +138,7 @@ def build_run(
     elif ddp.is_main:
         run.log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
         run.trackers.log_init(model.init_report)
+        save_augmentation_preview(data, cfg.seed, run_dir / "augmentations.png")
     return run
 
 
