@@ -35,6 +35,17 @@ def fabricate_jpegs(
     return paths
 
 
+def fabricate_folder(root: str | Path, classes: int, per_class: int, val_per_class: int = 5) -> Path:
+    """An ImageNet-style folder: `root/train/<class>/` and `root/val/<class>/` of 500x375 JPEGs."""
+    root = Path(root)
+    for split, count in (("train", per_class), ("val", val_per_class)):
+        for c in range(classes):
+            folder = root / split / f"n{c:08d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            fabricate_jpegs(folder, count, seed=c * 2 + (split == "val"))
+    return root
+
+
 def stream_throughput(
     workers: Sequence[int] = (0, 2),
     images: int = 64,
