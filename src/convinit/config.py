@@ -32,6 +32,7 @@ CHOICES = {
     "on_nonfinite": ("stop", "skip"),
     "randaugment_policy": ("timm", "torchvision"),
     "data_mode": ("auto", "device", "stream"),
+    "compile_mode": ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
 }
 
 
@@ -101,6 +102,8 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere; fp16 adds a GradScaler
     compile: bool = False  # torch.compile the training forward/backward (checkpoints keep plain keys)
+    # torch.compile's mode; auto: max-autotune (with CUDA graphs) on CUDA, torch's default elsewhere
+    compile_mode: str = "auto"
     channels_last: bool = False  # model and batches in channels_last memory format (faster ConvMixer convs)
     eval_batch_size: int = 1000
     log_every: int = 10  # steps between reads of the device's running totals (progress, loggers, NaN checks)

@@ -66,6 +66,14 @@ def prepare_model(cfg: TrainConfig, data: DataSource, run_dir: Path, fresh: bool
     return model
 
 
+def compile_mode(cfg: TrainConfig, device: torch.device) -> str:
+    """`compile_mode=auto`: CUDA graphs on CUDA (the step reads nothing back, so they can replay it),
+    torch's default on the CPU, where max-autotune's kernel search costs minutes on a few cores."""
+    if cfg.compile_mode != "auto":
+        return cfg.compile_mode
+    return "max-autotune" if device.type == "cuda" else "default"
+
+
 def step_parts(
     cfg: TrainConfig, data: DataSource, model: nn.Module, ddp: DistributedContext, device
 ) -> StepParts:
@@ -73,7 +81,9 @@ def step_parts(
     optimizer = build_optimizer(model, cfg)
     net = DistributedDataParallel(model) if ddp.enabled else model  # DDP syncs weights from rank 0
     if cfg.compile:  # after DDP, so torch's DDPOptimizer splits graphs at gradient buckets; `model`
-        net = torch.compile(net)  # stays uncompiled for checkpoints, EMA and evaluation (no _orig_mod.)
+        net = torch.compile(
+            net, mode=compile_mode(cfg, device)
+        )  # stays uncompiled for checkpoints, EMA, eval
     return StepParts(
         net=net,
         model=model,
