@@ -32,6 +32,7 @@ import torch.nn as nn
 from safetensors.torch import load_model, save_model
 
 from convinit.errors import ConfigError
+from convinit.publish import fsync_path as fsync_dir  # a rename inside a folder made durable
 
 KEEP = 2
 MANIFEST = "manifest.json"
@@ -49,20 +50,6 @@ def sha256(path: Path) -> str:
 def fsync_file(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside `path` durable (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def checkpoint_name(epoch: int, step: int) -> str:
