@@ -36,6 +36,13 @@ MAX_SIDE = (
     4096  # pixels: a larger img_size in a config is damage or a trap (position tables grow as its square)
 )
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
+USAGE = """```python
+import convinit
+
+model = convinit.from_pretrained("THIS_FOLDER_OR_REPO")  # a folder, or user/name on the Hub
+model.pretrained_config["classes"], model.pretrained_config["mean"]  # labels and normalisation
+```
+"""
 HUB_ERRORS = (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, OSError, ValueError)
 
 
@@ -129,7 +136,7 @@ def default_model_card(config: dict[str, Any]) -> str:
     return (
         "---\nlibrary_name: convinit\npipeline_tag: image-classification\ntags: [convinit, vision]\n---\n\n"
         f"# {config['model']}\n\n`convinit.create_model({config['model']!r}, {args})`\n\n"
-        '```python\nimport convinit\n\nmodel = convinit.from_pretrained("THIS_FOLDER_OR_REPO")\n```\n'
+        f"{USAGE}"
     )
 
 
