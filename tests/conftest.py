@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The suite never touches the network: the Hub libraries run offline, with a throwaway cache
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="convinit-tests-hf-")
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 

@@ -66,7 +66,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
         missing = info.missing_files(args.data_dir)
         where = info.resolve_dir(args.data_dir)
         status = "available" if not missing else "not found"
-        place = where if where else ("(set --data-dir)" if info.needs_dir else "(embedded)")
+        place = where or info.where_hint or ("(set --data-dir)" if info.needs_dir else "(embedded)")
         print(f"{name:15s} {status:10s} {place}")
     return 0
 

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from convinit.config import TrainConfig, config_differences, load_config, save_config
 from convinit.data import BatchAugment, DeviceLoader, ImageDataset, MixupCutmix, check_available, load_dataset
+from convinit.data.datasets import dataset_options
 from convinit.data.subsets import stratified_subset
 from convinit.errors import ConfigError, TrainingDiverged
 from convinit.init import initialize
@@ -167,7 +168,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 def prepare_data(cfg: TrainConfig) -> tuple[ImageDataset, torch.Tensor]:
     """The dataset and the indices of the training images this run uses (a stratified subset or all)."""
-    dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg.download)
+    dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
     keep = stratified_subset(
         dataset.train_labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order
     )
@@ -291,7 +292,7 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(
                 f"teacher {path} is neither a run directory nor a saved model (convinit export)"
             )
-    check_available(cfg.dataset, cfg.data_dir, cfg.download)
+    check_available(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
     shape = dataset_shape(cfg)
     if shape is not None:
         try:  # on the meta device: checks shapes and arguments without allocating weights
