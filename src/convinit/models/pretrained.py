@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 from huggingface_hub import ModelCard, PyTorchModelHubMixin
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import load_model
 
 from convinit.errors import ConfigError
@@ -35,6 +35,8 @@ CARD = "README.md"
 MAX_SIDE = (
     4096  # pixels: a larger img_size in a config is damage or a trap (position tables grow as its square)
 )
+MAX_HEADER = 100 << 20  # bytes; safetensors' own limit on the JSON header
+MAX_INT, MAX_DEPTH = 1 << 20, 4096  # larger integer arguments would hang or exhaust memory while building
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 USAGE = """```python
 import convinit
@@ -173,6 +175,11 @@ def check_config(config: Any, source: str) -> None:
     reserved = set(config) & set(inspect.signature(PretrainedMixin._from_pretrained).parameters)
     if reserved:
         raise ConfigError(f"{where} holds reserved keys {sorted(reserved)}; export the model again")
+    huge = next(
+        (k for k, v in args.items() if is_count(v) and v > (MAX_DEPTH if "depth" in k else MAX_INT)), None
+    )
+    if huge is not None:
+        raise ConfigError(f"{where}: model_args.{huge}={args[huge]} is beyond any model convinit saves")
     num_classes, in_chans = args.get("num_classes"), args.get("in_chans")
     if not is_count(num_classes) or num_classes < 2:
         raise ConfigError(f"{where}: model_args.num_classes must be an integer >= 2, got {num_classes!r}")
@@ -209,16 +216,32 @@ def is_number(value: Any) -> bool:
 
 
 def weight_shapes(weights: Path, source: str) -> dict[str, list[int]]:
-    """Tensor names and shapes from the safetensors header (nothing else is read)."""
+    """Tensor names and shapes from the safetensors header, after checking that the file holds every
+    byte the header promises (a cut-short file would crash the memory-mapped load with SIGBUS)."""
     if not weights.is_file():
         raise ConfigError(f"{source} holds no {WEIGHTS}; export the model again")
+    size = weights.stat().st_size
     try:
-        with safe_open(str(weights), framework="pt") as f:
-            return {key: list(f.get_slice(key).get_shape()) for key in f.keys()}  # noqa: SIM118
-    except (SafetensorError, OSError, ValueError) as exc:
+        with open(weights, "rb") as f:
+            length = int.from_bytes(f.read(8), "little") if size >= 8 else -1
+            header = json.loads(f.read(length)) if 2 <= length <= min(size - 8, MAX_HEADER) else None
+        tensors = (
+            {k: v for k, v in header.items() if k != "__metadata__"} if isinstance(header, dict) else None
+        )
+        end = (
+            max((int(v["data_offsets"][1]) for v in tensors.values()), default=0)
+            if tensors is not None
+            else -1
+        )
+        if tensors is None or 8 + length + end != size:
+            raise ValueError(
+                f"{size} bytes where the header promises {8 + length + end}" if tensors else "no header"
+            )
+        return {key: [int(n) for n in value["shape"]] for key, value in tensors.items()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise ConfigError(
-            f"{source}: {WEIGHTS} is not a safetensors file ({' '.join(str(exc).split())}); convinit loads "
-            "only safetensors, never pickles: export the model again"
+            f"{source}: {WEIGHTS} is not a whole safetensors file ({' '.join(str(exc).split())}); convinit "
+            "loads only safetensors, never pickles: export the model again"
         ) from exc
 
 
