@@ -76,6 +76,23 @@ def run_commit(run_dir: Path) -> str:
         return provenance()["git_commit"] + " (at export)"
 
 
+def recipe(cfg: TrainConfig) -> str:
+    """The optimisation and augmentation settings that are switched on."""
+    unused = set() if cfg.randaugment_n else {"randaugment_m"}
+    return ", ".join(
+        f"{k}={getattr(cfg, k)}"
+        for k in RECIPE_KEYS
+        if getattr(cfg, k) not in (None, 0, False) and k not in unused
+    )
+
+
+def dataset_label(cfg: TrainConfig) -> str:
+    """`hf:user/name` or `hf:FOLDER` for a datasets set, the registered name otherwise."""
+    if cfg.dataset != "hf":
+        return cfg.dataset
+    return f"hf:{cfg.hf_name or Path(cfg.data_dir or '').name}"
+
+
 def card_fields(
     run_dir: Path, cfg: TrainConfig, dataset: ImageDataset, n_train: int, epoch: int
 ) -> dict[str, str]:
@@ -83,7 +100,7 @@ def card_fields(
     row = result_at(run_dir, epoch)
     accuracy = f"{row['test_acc']:.2f}%" if row.get("test_acc") is not None else "not evaluated at this epoch"
     source = cfg.dataset + "".join(
-        f" {k}={getattr(cfg, k)}" for k in ("data_dir", "hf_name", "hf_config") if getattr(cfg, k, None)
+        f" {k}={getattr(cfg, k)}" for k in ("data_dir", "hf_name", "hf_config") if getattr(cfg, k)
     )
     about = provenance()
     return {
@@ -93,9 +110,7 @@ def card_fields(
         "training images": f"{n_train} of {len(dataset.train_labels)}",
         "test images": str(len(dataset.test_labels)),
         "classes": str(dataset.num_classes),
-        "recipe": ", ".join(
-            f"{k}={getattr(cfg, k)}" for k in RECIPE_KEYS if getattr(cfg, k) not in (None, 0, False)
-        ),
+        "recipe": recipe(cfg),
         "init": f"{cfg.init} {json.dumps(cfg.init_args, sort_keys=True) if cfg.init_args else ''}".strip(),
         "init report": init_figures(run_dir),
         "test accuracy": accuracy,
@@ -121,12 +136,12 @@ def run_model_card(run_dir: Path, cfg: TrainConfig, dataset: ImageDataset, n_tra
         "pipeline_tag": "image-classification",
         "tags": ["convinit", "vision"],
     }
-    if getattr(cfg, "hf_name", None):
+    if cfg.hf_name:
         front["datasets"] = [cfg.hf_name]
     table = "\n".join(f"| {k} | {v} |" for k, v in fields.items())
     return (
         f"---\n{yaml.safe_dump(front, sort_keys=False)}---\n\n"
-        f"# {cfg.model} trained on {cfg.dataset}\n\n"
+        f"# {cfg.model} trained on {dataset_label(cfg)}\n\n"
         f"Trained with convinit: test accuracy {fields['test accuracy']} "
         f"after epoch {epoch} (seed {cfg.seed}).\n\n"
         f"| field | value |\n| --- | --- |\n{table}\n\n"
