@@ -33,10 +33,17 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def writable_folder(target: Path) -> None:
-    """One-line ConfigError unless `target` can become a folder here (not a file, parent writable)."""
+def writable_folder(target: Path, kept: Iterable[str] = ()) -> None:
+    """One-line ConfigError unless `target` can become a folder here: not a file, under a writable
+    folder, and empty or holding nothing but names in `kept` (an earlier export, to be replaced)."""
     if target.exists() and not target.is_dir():
         raise ConfigError(f"{target} is a file, not a folder; pass a folder path")
+    if target.is_dir():
+        others = sorted(p.name for p in target.iterdir() if p.name not in set(kept))
+        if others:
+            raise ConfigError(
+                f"{target} already holds other files ({', '.join(others[:3])}); pass a new folder"
+            )
     parent = target.parent
     for above in (parent, *parent.parents):
         if above.exists():
@@ -53,13 +60,7 @@ def publish_folder(target: Path, write: Callable[[Path], None], kept: Iterable[s
     An existing `target` is replaced only if it is empty or holds nothing but names in `kept` (an
     earlier export): a folder with other files is refused rather than deleted.
     """
-    writable_folder(target)
-    if target.is_dir():
-        others = sorted(p.name for p in target.iterdir() if p.name not in set(kept))
-        if others:
-            raise ConfigError(
-                f"{target} already holds other files ({', '.join(others[:3])}); pass a new folder"
-            )
+    writable_folder(target, kept)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))

@@ -32,6 +32,7 @@ from convinit.publish import publish_folder
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 CARD = "README.md"
+FOLDER_FILES = (CONFIG, WEIGHTS, CARD)  # what a saved model folder holds (and may be replaced)
 MAX_SIDE = (
     4096  # pixels: a larger img_size in a config is damage or a trap (position tables grow as its square)
 )
@@ -77,7 +78,7 @@ class PretrainedMixin(
         def write(folder: Path) -> None:
             parent.save_pretrained(folder, config=config, model_card_kwargs=model_card_kwargs)
 
-        directory = publish_folder(Path(save_directory), write, kept=(CONFIG, WEIGHTS, CARD))
+        directory = publish_folder(Path(save_directory), write, kept=FOLDER_FILES)
         if push_to_hub:
             self.push_to_hub(repo_id or directory.name, config=config, model_card_kwargs=model_card_kwargs)
         return directory
@@ -118,8 +119,8 @@ class PretrainedMixin(
         return model
 
 
-def hub_config(model: nn.Module, **metadata: Any) -> dict[str, Any]:
-    """What config.json holds: the preset and its arguments, then any metadata the model carries."""
+def hub_config(model: nn.Module, /, **metadata: Any) -> dict[str, Any]:
+    """What config.json holds: the preset and its arguments (always the model's own), then metadata."""
     if not hasattr(model, "model_name"):
         raise ConfigError(
             "save_pretrained needs a model built with convinit.create_model (it records the preset)"
@@ -127,10 +128,12 @@ def hub_config(model: nn.Module, **metadata: Any) -> dict[str, Any]:
     kwargs = dict(model.model_kwargs)
     if isinstance(kwargs.get("img_size"), tuple):
         kwargs["img_size"] = list(kwargs["img_size"])
-    carried = {
-        k: v for k, v in getattr(model, "pretrained_config", {}).items() if k not in ("model", "model_args")
+    extra = {**getattr(model, "pretrained_config", {}), **metadata}
+    return {
+        "model": model.model_name,
+        "model_args": kwargs,
+        **{k: v for k, v in extra.items() if k not in ("model", "model_args")},
     }
-    return {"model": model.model_name, "model_args": kwargs, **carried, **metadata}
 
 
 def default_model_card(config: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ import torch.nn as nn
 from convinit.config import load_config
 from convinit.data import dataset_info
 from convinit.errors import ConfigError
-from convinit.models.pretrained import is_repo_id
+from convinit.models.pretrained import FOLDER_FILES, is_repo_id
 from convinit.publish import writable_folder
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.train.model_card import run_model_card
@@ -32,7 +32,7 @@ def export_run(
             f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
         )
     if out is not None:
-        writable_folder(Path(out))  # before the data is read: a bad destination fails at once
+        writable_folder(Path(out), FOLDER_FILES)  # before the data is read: a bad destination fails now
     if push_to_hub is not None and not is_repo_id(push_to_hub):
         raise ConfigError(f"--push-to-hub wants a Hub name user/name, got {push_to_hub!r}")
     cfg = load_config(run_dir / "config.yaml")
