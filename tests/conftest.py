@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -12,6 +14,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # The suite never touches the network: the Hub libraries run offline, with a throwaway cache
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="convinit-tests-hf-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], True)
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 
