@@ -49,8 +49,12 @@ def writable_folder(target: Path, kept: Iterable[str] = ()) -> None:
         if above.exists():
             if not above.is_dir():
                 raise ConfigError(f"{target} lies under {above}, which is a file; pass a folder path")
-            if not os.access(above, os.W_OK | os.X_OK):
-                raise ConfigError(f"cannot write under {above} (read-only or not yours); pass another folder")
+            try:  # a real probe: os.access says yes to root on a read-only file system
+                os.rmdir(tempfile.mkdtemp(prefix=".convinit-probe-", dir=above))
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot write under {above} ({exc.strerror or exc}); pass a folder you can write to"
+                ) from exc
             return
 
 
