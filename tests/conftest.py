@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The suite never touches the network: the Hub libraries run offline, with a throwaway cache
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="convinit-tests-hf-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], True)
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 

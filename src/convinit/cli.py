@@ -69,7 +69,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
         missing = info.missing_files(args.data_dir)
         where = info.resolve_dir(args.data_dir)
         status = "available" if not missing else "not found"
-        place = where if where else ("(set --data-dir)" if info.needs_dir else "(embedded)")
+        place = where or info.where_hint or ("(set --data-dir)" if info.needs_dir else "(embedded)")
         print(f"{name:15s} {status:10s} {place}")
     return 0
 
@@ -220,15 +220,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from convinit.train.export import export_run
 
-    export_run(args.run_dir, args.out)
-    print(f"saved {args.out} (config.json, model.safetensors)")
+    export_run(args.run_dir, args.out, push_to_hub=args.push_to_hub)
+    print(f"saved {args.out} (config.json, model.safetensors, README.md model card)")
+    if args.push_to_hub:
+        print(f"pushed to https://huggingface.co/{args.push_to_hub}")
     return 0
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from convinit.predict import predict
 
-    for image, ranked in zip(args.images, predict(args.model_dir, args.images, args.top), strict=True):
+    for image, ranked in zip(args.images, predict(args.model, args.images, args.top), strict=True):
         print(f"{image}: " + ", ".join(f"{label} {p:.3f}" for label, p in ranked))
     return 0
 
@@ -374,15 +376,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     efficiency.set_defaults(func=cmd_efficiency)
 
-    export = sub.add_parser("export", help="save a run's newest checkpoint as a shareable model folder")
+    export = sub.add_parser(
+        "export", help="save a run's newest checkpoint as a model folder with a model card (and push it)"
+    )
     export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     export.add_argument("out", type=Path, metavar="DIR")
+    export.add_argument("--push-to-hub", metavar="USER/NAME", help="also upload it to this Hub repository")
     export.set_defaults(func=cmd_export)
 
-    predict = sub.add_parser("predict", help="classify image files with a saved model (or a run directory)")
-    predict.add_argument("model_dir", type=Path, metavar="DIR")
+    predict = sub.add_parser(
+        "predict", help="classify image files with a saved model, a Hub model user/name or a run directory"
+    )
+    predict.add_argument("model", metavar="MODEL", help="model folder, Hub name user/name, or RUN_DIR")
     predict.add_argument("images", nargs="+", metavar="IMAGE")
-    predict.add_argument("--top", type=int, default=3)
+    predict.add_argument("--top", type=int, default=3, help="classes to print per image (default 3)")
     predict.set_defaults(func=cmd_predict)
 
     analyze = sub.add_parser("analyze", help="non-locality, gate and attention plots of a run")

@@ -60,6 +60,15 @@ class TrainConfig:
     workers: int = 8  # streamed path: decoding processes (at most the CPU count)
     repeated_aug: int = 1  # DeiT's repeated augmentation: each image this many times per epoch (DeiT: 3)
     crop_pct: float = 0.875  # streamed evaluation: resize to img_size / crop_pct, centre-crop img_size
+    # Hugging Face datasets (dataset=hf, see convinit.data.hf): data_dir= a folder written by save_to_disk,
+    # or hf_name= a Hub dataset user/name or a builder such as imagefolder (with data_dir= its files)
+    hf_name: str | None = None
+    hf_config: str | None = None
+    hf_split_train: str = "train"
+    hf_split_test: str | None = None  # null: 'test', else 'validation', else hf_test_fraction of train
+    hf_test_fraction: float = 0.2  # stratified, seed 0: the same split on every run and resume
+    hf_image_column: str | None = None  # null: the dataset's one Image column
+    hf_label_column: str | None = None  # null: the dataset's one ClassLabel column
     # optimisation
     epochs: int = 20
     batch_size: int = 128

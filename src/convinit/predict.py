@@ -1,39 +1,79 @@
-"""Classify image files with a saved model: decode, resize, normalise, softmax."""
+"""Classify image files with a saved model (a folder, a Hub name or a run directory).
+
+Every file is checked before any is classified: it must be an image PIL can decode whole, and no larger
+than PIL's decompression-bomb limit (refused from the header, before decoding). A model that gives
+NaN or infinite scores is refused rather than printing `nan` probabilities.
+"""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
+import torch.nn as nn
+from PIL import Image
 
-from convinit.errors import DataError
+from convinit.errors import ConfigError, DataError
 from convinit.models.pretrained import from_pretrained
+
+
+def load_predictor(model: str | Path) -> nn.Module:
+    """A run directory's newest checkpoint, a saved model folder, or a Hub model `user/name`."""
+    if (Path(model) / "config.yaml").is_file():  # a training run
+        from convinit.train.export import export_run
+
+        return export_run(model)
+    return from_pretrained(model)
+
+
+def check_image(path: Path) -> None:
+    """One-line DataError unless `path` is a whole image within PIL's pixel limit."""
+    if not path.is_file():
+        raise DataError(f"image {path} does not exist (or is not a file)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)  # over the limit: refuse
+            with Image.open(path) as img:  # reads the header only
+                img.load()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise DataError(
+            f"image {path} is larger than PIL's limit of {Image.MAX_IMAGE_PIXELS} pixels (a decompression "
+            "bomb?); it was not decoded: resize it first"
+        ) from exc
+    except (OSError, SyntaxError, ValueError) as exc:  # not an image, empty, truncated, corrupt
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise DataError(
+            f"image {path} cannot be decoded ({detail}); pass PNG, JPEG or other image files"
+        ) from exc
 
 
 @torch.no_grad()
 def predict(model_dir: str | Path, images: list[str | Path], top: int = 3) -> list[list[tuple[str, float]]]:
-    """The `top` (class, probability) pairs for each image file."""
+    """The `top` (class, probability) pairs for each image file, most probable first."""
     from convinit.data.image_files import decode_images
 
-    model_dir = Path(model_dir)
-    if (model_dir / "config.yaml").is_file():  # a training run: its newest checkpoint
-        from convinit.train.export import export_run
-
-        model = export_run(model_dir)
-    else:
-        model = from_pretrained(model_dir)
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise ConfigError(f"--top must be a positive number of classes, got {top!r}")
+    paths = [Path(p) for p in images]
+    for path in paths:
+        check_image(path)
+    model = load_predictor(model_dir)
     config = model.pretrained_config
     size = config.get("img_size") or model.model_kwargs["img_size"]
     size = (size, size) if isinstance(size, int) else tuple(size)
     channels = model.model_kwargs["in_chans"]
-    paths = [Path(p) for p in images]
-    for path in paths:
-        if not path.is_file():
-            raise DataError(f"image {path} does not exist")
     batch = decode_images(paths, size=size, grayscale=channels == 1).float().div(255)
     mean = torch.tensor(config.get("mean", [0.5] * channels)).view(1, -1, 1, 1)
     std = torch.tensor(config.get("std", [0.5] * channels)).view(1, -1, 1, 1)
-    probabilities = model((batch - mean) / std).softmax(dim=1)
+    logits = model((batch - mean) / std)
+    broken = [str(p) for p, ok in zip(paths, logits.isfinite().all(dim=1).tolist(), strict=True) if not ok]
+    if broken:
+        raise DataError(
+            f"model {model_dir} gives NaN or infinite scores for {', '.join(broken[:3])}; no prediction "
+            "printed: check the model folder (export it again)"
+        )
+    probabilities = logits.softmax(dim=1)
     classes = config.get("classes") or [str(i) for i in range(probabilities.shape[1])]
     values, indices = probabilities.topk(min(top, probabilities.shape[1]), dim=1)
     return [

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -61,7 +62,7 @@ def channel_statistics(images: torch.Tensor) -> tuple[tuple[float, ...], tuple[f
     return tuple(mean.tolist()), tuple(std.tolist())
 
 
-Reader = Callable[[Path, bool], ImageDataset]
+Reader = Callable[..., ImageDataset]  # (root, download, **options) -> ImageDataset
 
 
 def files_missing(*names: str) -> Callable[[Path], list[str]]:
@@ -80,6 +81,11 @@ class DatasetInfo:
     can_download: bool = False
     needs_dir: bool = True
     missing_in: Callable[[Path], list[str]] = field(default=lambda root: [])
+    # config keys the reader takes as keyword arguments (e.g. hf_name for dataset=hf), and the check of
+    # them that replaces the file check before any work (root may be None when a key names the data)
+    options: tuple[str, ...] = ()
+    check_options: Callable[..., None] | None = None
+    where_hint: str = ""  # what `convinit datasets` prints when no folder is set
 
     def resolve_dir(self, data_dir: str | Path | None) -> Path | None:
         if data_dir is not None:
@@ -121,9 +127,23 @@ def data_home() -> Path:
     ).expanduser()
 
 
-def check_available(name: str, data_dir: str | Path | None = None, download: bool = False) -> None:
+def dataset_options(cfg: Any) -> dict[str, Any]:
+    """The config keys the configured dataset's reader takes, with their values (`cfg`: a TrainConfig)."""
+    info = _DATASETS.get(cfg.dataset)
+    return {key: getattr(cfg, key) for key in info.options} if info is not None else {}
+
+
+def check_available(
+    name: str, data_dir: str | Path | None = None, download: bool = False, **options: Any
+) -> None:
     """Raise a one-line DataError if `name` cannot be read from `data_dir` (cheap: checks files only)."""
     info = dataset_info(name)
+    unknown = sorted(set(options) - set(info.options))
+    if unknown:
+        raise ConfigError(f"dataset {name!r} takes no option {', '.join(unknown)}")
+    if info.check_options is not None:
+        info.check_options(info.resolve_dir(data_dir), **options)
+        return
     if download and info.can_download:
         return
     missing = info.missing_files(data_dir)
@@ -135,15 +155,20 @@ def check_available(name: str, data_dir: str | Path | None = None, download: boo
         raise DataError(f"dataset {name!r}: {root} {what}; {info.how_to_obtain}")
 
 
-def load_dataset(name: str, data_dir: str | Path | None = None, download: bool = False) -> ImageDataset:
-    """Read dataset `name` whole into memory; any failure is one DataError naming path and remedy."""
+def load_dataset(
+    name: str, data_dir: str | Path | None = None, download: bool = False, **options: Any
+) -> ImageDataset:
+    """Read dataset `name` whole into memory; any failure is one DataError naming path and remedy.
+
+    `options` are the reader's own config keys (see `DatasetInfo.options`, e.g. hf_name=user/name).
+    """
     info = dataset_info(name)
-    check_available(name, data_dir, download)
+    check_available(name, data_dir, download, **options)
     root = info.resolve_dir(data_dir)
     if download and info.can_download and root is not None:
         root.mkdir(parents=True, exist_ok=True)
     try:
-        dataset = info.reader(root, download)
+        dataset = info.reader(root, download, **options)
     except DataError:
         raise
     except Exception as exc:  # readers fail in many ways on corrupt files; the user needs one line

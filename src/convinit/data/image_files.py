@@ -1,13 +1,25 @@
-"""Decoding folders of image files into one uint8 tensor (used by Tiny-ImageNet and `folder`)."""
+"""Decoding image files into one uint8 tensor (used by Tiny-ImageNet, `folder` and `hf`).
+
+An image source is a path or the encoded bytes of one file (as a `datasets` Image column stores it).
+"""
 
 from __future__ import annotations
 
+import io
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
+
+ImageSource = Path | bytes
+
+
+def open_image(source: ImageSource) -> Image.Image:
+    """PIL's lazy open (the header only) of a file or of an encoded file's bytes."""
+    return Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
@@ -26,18 +38,18 @@ def image_files(folder: Path) -> list[Path]:
     )
 
 
-def most_common_size(paths: list[Path]) -> tuple[int, int]:
+def most_common_size(paths: list[ImageSource]) -> tuple[int, int]:
     """(height, width) shared by most files (reads headers only); ties go to the first seen."""
     sizes = []
     for path in paths:
-        with Image.open(path) as img:
+        with open_image(path) as img:
             sizes.append(img.size)
     width, height = Counter(sizes).most_common(1)[0][0]
     return height, width
 
 
 def decode_images(
-    paths: list[Path], size: tuple[int, int] | None = None, grayscale: bool = False
+    paths: list[ImageSource], size: tuple[int, int] | None = None, grayscale: bool = False
 ) -> torch.Tensor:
     """Decode `paths` into (N, C, H, W) uint8; images of another size are resized (bilinear) to `size`.
 
@@ -48,7 +60,7 @@ def decode_images(
     height, width = size if size is not None else most_common_size(paths)
     out = np.empty((len(paths), height, width, 1 if grayscale else 3), dtype=np.uint8)  # (N, H, W, C)
     for i, path in enumerate(paths):
-        with Image.open(path) as img:
+        with open_image(path) as img:
             img = img.convert(mode)
             if img.size != (width, height):
                 img = img.resize((width, height), Image.BILINEAR)
@@ -59,10 +71,10 @@ def decode_images(
 GRAYSCALE_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F"}
 
 
-def all_grayscale(paths: list[Path]) -> bool:
+def all_grayscale(paths: list[ImageSource]) -> bool:
     """True if every file is stored as a single-channel image (reads headers only)."""
     for path in paths:
-        with Image.open(path) as img:
+        with open_image(path) as img:
             if img.mode not in GRAYSCALE_MODES:
                 return False
     return True

@@ -23,6 +23,7 @@ from convinit.config import TrainConfig, build_config
 from convinit.experiments.grid import slug
 from convinit.experiments.report import find_runs, plot_curves, summarise
 from convinit.provenance import provenance
+from convinit.publish import writable_folder
 from convinit.train import train, validate
 
 VIT = {
@@ -115,6 +116,7 @@ def run_demo(
     from convinit.experiments.runner import run_state
 
     out = Path(out)
+    writable_folder(out)  # a file or a read-only place: one line now, not a traceback after training
     epochs = epochs or (QUICK_EPOCHS if quick else FULL_EPOCHS)
     methods = demo_methods()
     configs = [demo_config(m, epochs, seed) for m in methods]

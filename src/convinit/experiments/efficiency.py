@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from convinit.config import merge, resolve_config
-from convinit.data.datasets import load_dataset
+from convinit.data.datasets import dataset_options, load_dataset
 from convinit.data.subsets import stratified_subset
 from convinit.errors import ConfigError
 from convinit.experiments.grid import RunSpec, flatten, slug
@@ -40,7 +40,9 @@ def efficiency_runs(
     for method_index, (label, (preset, method_overrides)) in enumerate(methods.items()):
         method_overrides = flatten(method_overrides)
         base = resolve_config(preset, merge(method_overrides, overrides))
-        labels = load_dataset(base.dataset, base.data_dir, base.download).train_labels
+        labels = load_dataset(
+            base.dataset, base.data_dir, base.download, **dataset_options(base)
+        ).train_labels
         for fraction in fractions:
             if not 0 < fraction <= 1:
                 raise ConfigError(f"fractions must be in (0, 1], got {fraction}")

@@ -1,72 +1,365 @@
-"""Shareable models: a folder with `config.json` (how to rebuild) and `model.safetensors` (the weights).
+"""Shareable models through huggingface_hub: `save_pretrained`, `from_pretrained` and `push_to_hub`.
 
-`model.save_pretrained(dir, classes=..., mean=..., std=...)` writes it for any model built by
-`create_model` (the registry records the preset name and arguments); `from_pretrained(dir)` rebuilds the
-model and loads the weights (`convinit export RUN_DIR DIR` turns a training run into such a folder).
-Nothing is unpickled: the config is JSON and the weights are safetensors.
+A saved model is a folder or a Hub repository holding `config.json` (the registry preset, its arguments
+and the data's classes and normalisation), `model.safetensors` and a model card `README.md`.
+`PyTorchModelHubMixin` saves, downloads (honouring its cache and `HF_HUB_OFFLINE=1`) and pushes; this
+module says what the config holds, checks a folder before anything is built from it (a damaged or
+foreign folder is one `ConfigError`, never a traceback or a half-loaded model) and writes folders
+atomically. Nothing is unpickled: the config is JSON and the weights are safetensors.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.nn as nn
-from safetensors.torch import load_model, save_model
+from huggingface_hub import ModelCard, PyTorchModelHubMixin
+from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
+from safetensors import SafetensorError
+from safetensors.torch import load_model
 
 from convinit.errors import ConfigError
-from convinit.models.registry import create_model
+from convinit.models.registry import create_model, list_models
+from convinit.publish import publish_folder
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
+CARD = "README.md"
+FOLDER_FILES = (CONFIG, WEIGHTS, CARD)  # what a saved model folder holds (and may be replaced)
+MAX_SIDE = (
+    4096  # pixels: a larger img_size in a config is damage or a trap (position tables grow as its square)
+)
+MAX_HEADER = 100 << 20  # bytes; safetensors' own limit on the JSON header
+MAX_INT, MAX_DEPTH = 1 << 20, 4096  # larger integer arguments would hang or exhaust memory while building
+REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
+USAGE = """```python
+import convinit
+
+model = convinit.from_pretrained("THIS_FOLDER_OR_REPO")  # a folder, or user/name on the Hub
+model.pretrained_config["classes"], model.pretrained_config["mean"]  # labels and normalisation
+```
+"""
+HUB_ERRORS = (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, OSError, ValueError)
 
 
-class PretrainedMixin:
-    """Adds `save_pretrained` to convinit models."""
+class PretrainedMixin(
+    PyTorchModelHubMixin,
+    library_name="convinit",
+    pipeline_tag="image-classification",
+    tags=["convinit", "vision"],
+):
+    """`save_pretrained` / `from_pretrained` / `push_to_hub` from huggingface_hub for convinit models.
 
-    def save_pretrained(self, directory: str | Path, **metadata: Any) -> Path:
-        return save_pretrained(self, directory, **metadata)
+    The config is the registry record (`model.model_name`, `model.model_kwargs`) plus metadata such as
+    `classes`, `mean` and `std`; `from_pretrained` rebuilds the preset with `create_model`.
+    """
+
+    def save_pretrained(
+        self,
+        save_directory: str | Path,
+        *,
+        config: dict[str, Any] | None = None,
+        model_card_kwargs: dict[str, Any] | None = None,
+        push_to_hub: bool = False,
+        repo_id: str | None = None,
+        **metadata: Any,
+    ) -> Path:
+        """Write the folder atomically (metadata: classes, mean, std, dataset ... go into config.json)."""
+        config = hub_config(self, **(config or {}), **metadata)
+        parent = super()
+
+        def write(folder: Path) -> None:
+            parent.save_pretrained(folder, config=config, model_card_kwargs=model_card_kwargs)
+
+        directory = publish_folder(Path(save_directory), write, kept=FOLDER_FILES)
+        if push_to_hub:
+            self.push_to_hub(repo_id or directory.name, config=config, model_card_kwargs=model_card_kwargs)
+        return directory
+
+    def generate_model_card(self, *args: Any, **kwargs: Any) -> ModelCard:
+        """The card a run's export attached (`model.model_card`), else one that describes the preset."""
+        text = getattr(self, "model_card", None) or default_model_card(hub_config(self))
+        return ModelCard(text)
+
+    @classmethod
+    def _from_pretrained(
+        cls,
+        *,
+        model_id: str,
+        revision: str | None,
+        cache_dir: str | Path | None,
+        force_download: bool,
+        local_files_only: bool,
+        token: str | bool | None,
+        config: dict[str, Any] | None = None,
+        map_location: str = "cpu",
+        **_config_entries: Any,
+    ) -> nn.Module:
+        if config is None:
+            raise ConfigError(f"{model_id} holds no {CONFIG}; pass a folder written by save_pretrained")
+        if Path(model_id).is_dir():
+            weights = Path(model_id) / WEIGHTS
+        else:
+            from huggingface_hub import hf_hub_download
+
+            weights = Path(hf_hub_download(
+                model_id, WEIGHTS, revision=revision, cache_dir=cache_dir, force_download=force_download,
+                token=token, local_files_only=local_files_only,
+            ))  # fmt: skip
+        model = load_checked(config, weights, model_id, map_location)
+        if not isinstance(model, cls):
+            raise ConfigError(f"{model_id} holds a {type(model).__name__}, not a {cls.__name__}")
+        return model
 
 
-def save_pretrained(model: nn.Module, directory: str | Path, **metadata: Any) -> Path:
-    """Write config.json + model.safetensors; metadata (classes, mean, std, dataset) goes into the config."""
+def hub_config(model: nn.Module, /, **metadata: Any) -> dict[str, Any]:
+    """What config.json holds: the preset and its arguments (always the model's own), then metadata."""
     if not hasattr(model, "model_name"):
         raise ConfigError(
             "save_pretrained needs a model built with convinit.create_model (it records the preset)"
         )
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     kwargs = dict(model.model_kwargs)
     if isinstance(kwargs.get("img_size"), tuple):
         kwargs["img_size"] = list(kwargs["img_size"])
-    config = {"model": model.model_name, "model_args": kwargs, **metadata}
-    (directory / CONFIG).write_text(json.dumps(config, indent=1, default=list))
-    save_model(model, str(directory / WEIGHTS))
-    return directory
+    extra = {**getattr(model, "pretrained_config", {}), **metadata}
+    return {
+        "model": model.model_name,
+        "model_args": kwargs,
+        **{k: v for k, v in extra.items() if k not in ("model", "model_args")},
+    }
 
 
-def read_pretrained_config(directory: Path) -> dict[str, Any]:
+def default_model_card(config: dict[str, Any]) -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in config["model_args"].items())
+    return (
+        "---\nlibrary_name: convinit\npipeline_tag: image-classification\ntags: [convinit, vision]\n---\n\n"
+        f"# {config['model']}\n\n`convinit.create_model({config['model']!r}, {args})`\n\n"
+        f"{USAGE}"
+    )
+
+
+def save_pretrained(model: nn.Module, directory: str | Path, **metadata: Any) -> Path:
+    """Write config.json, model.safetensors and README.md; metadata (classes, mean, std) joins the config."""
+    if not isinstance(model, PretrainedMixin):
+        hub_config(model)  # the one-line error for a model not built by create_model
+        raise ConfigError(f"{type(model).__name__} is not a convinit model; build it with create_model")
+    return model.save_pretrained(directory, **metadata)
+
+
+def read_pretrained_config(path: Path, source: str) -> dict[str, Any]:
+    """config.json as a dict, or a one-line ConfigError saying what is wrong with it."""
+    if not path.is_file():
+        raise ConfigError(f"{source} holds no {CONFIG}; pass a folder written by save_pretrained")
     try:
-        return json.loads((directory / CONFIG).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        config = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{source}: {CONFIG} is not readable JSON ({exc}); export the model again") from exc
+    check_config(config, source)
+    return config
+
+
+def check_config(config: Any, source: str) -> None:
+    """Every field from_pretrained relies on, checked before any model is built."""
+    where = f"{source}: {CONFIG}"
+    if not isinstance(config, dict):
+        raise ConfigError(f"{where} must hold a JSON object, got {type(config).__name__}")
+    name, args = config.get("model"), config.get("model_args")
+    if not isinstance(name, str) or name not in list_models():
+        raise ConfigError(f"{where} names no convinit model ('model': {name!r}); see `convinit models`")
+    if not isinstance(args, dict):
+        raise ConfigError(f"{where} lacks 'model_args' (the preset's arguments); export the model again")
+    reserved = set(config) & set(inspect.signature(PretrainedMixin._from_pretrained).parameters)
+    if reserved:
+        raise ConfigError(f"{where} holds reserved keys {sorted(reserved)}; export the model again")
+    huge = next(
+        (k for k, v in args.items() if is_count(v) and v > (MAX_DEPTH if "depth" in k else MAX_INT)), None
+    )
+    if huge is not None:
+        raise ConfigError(f"{where}: model_args.{huge}={args[huge]} is beyond any model convinit saves")
+    num_classes, in_chans = args.get("num_classes"), args.get("in_chans")
+    if not is_count(num_classes) or num_classes < 2:
+        raise ConfigError(f"{where}: model_args.num_classes must be an integer >= 2, got {num_classes!r}")
+    if not is_count(in_chans) or in_chans > 64:
+        raise ConfigError(f"{where}: model_args.in_chans must be an integer in 1..64, got {in_chans!r}")
+    for key in ("img_size",):
+        for value in (args.get(key), config.get(key, 1)):
+            sides = value if isinstance(value, list) and len(value) == 2 else [value]
+            if not all(is_count(s) and s <= MAX_SIDE for s in sides):
+                raise ConfigError(f"{where}: {key} must be 1..{MAX_SIDE} pixels (or [h, w]), got {value!r}")
+    classes = config.get("classes")
+    if classes is not None and (
+        not isinstance(classes, list)
+        or len(classes) != num_classes
+        or not all(isinstance(c, str) for c in classes)
+    ):
+        raise ConfigError(f"{where}: 'classes' must list {num_classes} class names (model_args.num_classes)")
+    for key in ("mean", "std"):
+        values = config.get(key)
+        if values is not None and (
+            not isinstance(values, list)
+            or len(values) != in_chans
+            or not all(is_number(v) and (key == "mean" or v > 0) for v in values)
+        ):
+            raise ConfigError(f"{where}: {key!r} must list {in_chans} finite numbers (positive for std)")
+
+
+def is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def weight_shapes(weights: Path, source: str) -> dict[str, list[int]]:
+    """Tensor names and shapes from the safetensors header, after checking that the file holds every
+    byte the header promises (a cut-short file would crash the memory-mapped load with SIGBUS)."""
+    if not weights.is_file():
+        raise ConfigError(f"{source} holds no {WEIGHTS}; export the model again")
+    size = weights.stat().st_size
+    try:
+        with open(weights, "rb") as f:
+            length = int.from_bytes(f.read(8), "little") if size >= 8 else -1
+            header = json.loads(f.read(length)) if 2 <= length <= min(size - 8, MAX_HEADER) else None
+        tensors = (
+            {k: v for k, v in header.items() if k != "__metadata__"} if isinstance(header, dict) else None
+        )
+        end = (
+            max((int(v["data_offsets"][1]) for v in tensors.values()), default=0)
+            if tensors is not None
+            else -1
+        )
+        if tensors is None or 8 + length + end != size:
+            raise ValueError(
+                f"{size} bytes where the header promises {8 + length + end}" if tensors else "no header"
+            )
+        return {key: [int(n) for n in value["shape"]] for key, value in tensors.items()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise ConfigError(
-            f"{directory} holds no readable {CONFIG}; pass a folder written by save_pretrained"
+            f"{source}: {WEIGHTS} is not a whole safetensors file ({' '.join(str(exc).split())}); convinit "
+            "loads only safetensors, never pickles: export the model again"
         ) from exc
 
 
-def from_pretrained(directory: str | Path) -> nn.Module:
-    """Rebuild and load a model saved by `save_pretrained` (a run directory: `convinit export` it first)."""
-    directory = Path(directory)
-    if (directory / "config.yaml").is_file() and not (directory / CONFIG).is_file():
-        raise ConfigError(
-            f"{directory} is a training run, not a saved model: `convinit export {directory} DIR`"
-        )
-    config = read_pretrained_config(directory)
+def build_model(config: dict[str, Any], source: str, device: str | None = None) -> nn.Module:
     args = dict(config["model_args"])
     if isinstance(args.get("img_size"), list):
         args["img_size"] = tuple(args["img_size"])
-    model = create_model(config["model"], **args)
-    load_model(model, str(directory / WEIGHTS))
+    try:
+        with torch.device(device) if device else contextlib.nullcontext():
+            return create_model(config["model"], **args)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError, IndexError) as exc:
+        if device == "meta":
+            raise
+        detail = " ".join(str(exc).split())
+        raise ConfigError(
+            f"{source}: model {config['model']!r} cannot be built from {args}: {detail}"
+        ) from exc
+
+
+def expected_shapes(config: dict[str, Any], source: str) -> dict[str, list[int]] | None:
+    """The state dict's shapes from a model built on the meta device (no memory); None if it cannot be."""
+    try:
+        model = build_model(config, source, device="meta")
+    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError, IndexError):
+        return None  # an init that needs real values (fixed filters): checked after the real build
+    return {key: list(value.shape) for key, value in model.state_dict().items()}
+
+
+def check_weights_fit(
+    expected: dict[str, list[int]], found: dict[str, list[int]], source: str, name: str
+) -> None:
+    missing = sorted(set(expected) - set(found))
+    extra = sorted(set(found) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(found) if expected[k] != found[k])
+    if missing or extra or wrong:
+        first = (
+            f"{wrong[0]} is {found[wrong[0]]} but the model has {expected[wrong[0]]}"
+            if wrong
+            else f"missing {missing[:3]}"
+            if missing
+            else f"unexpected {extra[:3]}"
+        )
+        raise ConfigError(
+            f"{source}: {WEIGHTS} does not fit {name} with its config.json ({first}); the weights may "
+            "belong to another architecture or configuration: export the model again"
+        )
+
+
+def load_checked(config: dict[str, Any], weights: Path, source: str, map_location: str = "cpu") -> nn.Module:
+    """The model `config` describes with the weights of `weights`, after checking that they fit."""
+    check_config(config, source)
+    found = weight_shapes(weights, source)
+    expected = expected_shapes(config, source)
+    if expected is not None:
+        check_weights_fit(expected, found, source, config["model"])
+    model = build_model(config, source)
+    check_weights_fit(
+        {k: list(v.shape) for k, v in model.state_dict().items()}, found, source, config["model"]
+    )
+    try:
+        load_model(model, str(weights), strict=True, device=map_location)
+    except (SafetensorError, RuntimeError, OSError) as exc:
+        raise ConfigError(f"{source}: {WEIGHTS} cannot be loaded ({' '.join(str(exc).split())})") from exc
+    bad = next(
+        (k for k, v in model.state_dict().items() if v.is_floating_point() and not v.isfinite().all()), None
+    )
+    if bad is not None:
+        raise ConfigError(
+            f"{source}: {WEIGHTS} holds NaN or infinite values (in {bad}); the weights are damaged"
+        )
     model.pretrained_config = config
     return model.eval()
+
+
+def is_repo_id(text: str) -> bool:
+    return bool(REPO_ID.fullmatch(text)) and ".." not in text and "--" not in text
+
+
+def from_pretrained(
+    name_or_dir: str | Path,
+    *,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+    local_files_only: bool = False,
+    token: str | bool | None = None,
+    map_location: str = "cpu",
+) -> nn.Module:
+    """A saved model from a folder or a Hub repository `user/name` (its cache when `HF_HUB_OFFLINE=1`)."""
+    source = str(name_or_dir)
+    folder = Path(name_or_dir).expanduser()
+    if folder.is_dir():
+        if (folder / "config.yaml").is_file() and not (folder / CONFIG).is_file():
+            raise ConfigError(
+                f"{folder} is a training run, not a saved model: `convinit export {folder} DIR`"
+            )
+        read_pretrained_config(folder / CONFIG, source)  # a clear error before the mixin reads it
+        source = str(folder)
+    elif folder.exists() or not is_repo_id(source):
+        raise ConfigError(
+            f"{source} is not a model folder nor a Hub name user/name; pass a folder from `convinit export`"
+        )
+    hub = dict(revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token)
+    try:
+        if not folder.is_dir():  # the Hub: read and check config.json first, from the cache when offline
+            from huggingface_hub import hf_hub_download
+
+            read_pretrained_config(Path(hf_hub_download(source, CONFIG, **hub)), source)
+        return PretrainedMixin.from_pretrained(source, map_location=map_location, **hub)
+    except ConfigError:
+        raise
+    except HUB_ERRORS as exc:
+        detail = " ".join(str(exc).split())[:300]
+        raise ConfigError(
+            f"{source} is not a local folder and could not be read from the Hub ({type(exc).__name__}: "
+            f"{detail}); check the name, or download it once while online (HF_HUB_OFFLINE=1 reads the cache)"
+        ) from exc

@@ -33,7 +33,7 @@ def timm_entrypoint(name: str):
         pretrained: bool = False, init: str | None = None, init_args: dict | None = None, **kwargs: Any
     ) -> nn.Module:
         if pretrained:
-            raise ValueError(f"{PREFIX}{name} has no pretrained weights; use convinit.from_pretrained(dir)")
+            return exported_model(name, kwargs.get("pretrained_cfg_overlay") or {}, kwargs.get("num_classes"))
         accepted = model_arguments(name)
         kwargs = {
             k: v
@@ -50,6 +50,30 @@ def timm_entrypoint(name: str):
     build.__module__ = __name__
     build.__doc__ = f"convinit's `{name}` preset (see convinit.create_model)."
     return build
+
+
+def exported_model(name: str, overlay: dict[str, Any], num_classes: int | None) -> nn.Module:
+    """`pretrained=True`: the model `convinit export` wrote to `pretrained_cfg_overlay=dict(file=...)`
+    (the folder, or its model.safetensors)."""
+    from pathlib import Path
+
+    from convinit.models.pretrained import from_pretrained
+
+    file = overlay.get("file")
+    if not file:
+        raise ValueError(
+            f"{PREFIX}{name} has no published weights: pass pretrained_cfg_overlay=dict(file=FOLDER) with a "
+            "folder from `convinit export` (or use convinit.from_pretrained)"
+        )
+    folder = Path(file).parent if Path(file).is_file() else Path(file)
+    model = from_pretrained(folder)
+    saved = model.model_kwargs["num_classes"]
+    if model.model_name != name or num_classes not in (None, saved):
+        raise ValueError(
+            f"{folder} holds a {saved}-class {model.model_name}, "
+            f"not {PREFIX}{name} with {num_classes} classes"
+        )
+    return model
 
 
 def register_with_timm() -> list[str]:

@@ -21,6 +21,7 @@ from PIL import Image
 
 from convinit.config import TrainConfig
 from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
+from convinit.data.datasets import dataset_options
 from convinit.data.folder import FolderSplits, folder_splits
 from convinit.data.image_files import GRAYSCALE_MODES
 from convinit.data.stream import StreamingImages, StreamLoader, StreamRecipe, choose_data_mode, decoded_bytes
@@ -106,7 +107,7 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
         mode, reason = "stream", "data_mode=stream (a reader that decodes the whole set, served per sample)"
     else:
         mode, reason = "device", f"data_mode={cfg.data_mode}: {cfg.dataset} is read whole, kept on the device"
-    dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg.download)
+    dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
     keep = stratified_subset(
         dataset.train_labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order
     )

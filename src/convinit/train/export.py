@@ -1,7 +1,9 @@
-"""A trained run as a shareable model: its newest checkpoint plus the dataset's classes and normalisation."""
+"""A trained run as a shareable model: its newest checkpoint, the data's classes and normalisation, and a
+model card generated from the run (see `convinit.train.model_card`); optionally pushed to the Hub."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch.nn as nn
@@ -9,17 +11,34 @@ import torch.nn as nn
 from convinit.config import load_config
 from convinit.data import dataset_info
 from convinit.errors import ConfigError
-from convinit.train.checkpoint import latest_checkpoint, load_weights
+from convinit.models.pretrained import FOLDER_FILES, is_repo_id
+from convinit.publish import writable_folder
+from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
+from convinit.train.model_card import run_model_card
 from convinit.train.model_setup import build_model, prepare_data
 from convinit.train.ownership import reading_checkpoints
 
 
-def export_run(run_dir: str | Path, out: str | Path | None = None) -> nn.Module:
-    """A run's newest checkpoint as a model carrying `pretrained_config`; saved to `out` if given."""
+def export_run(
+    run_dir: str | Path, out: str | Path | None = None, push_to_hub: str | None = None
+) -> nn.Module:
+    """A run's newest checkpoint as a model carrying `pretrained_config` and `model_card`.
+
+    Saved to the folder `out` (written atomically) if given, and pushed to the Hub repository
+    `push_to_hub` (`user/name`, with the token of `hf auth login`) if given.
+    """
     run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(
+            f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
+        )
+    if out is not None:
+        writable_folder(Path(out), FOLDER_FILES)  # before the data is read: a bad destination fails now
+    if push_to_hub is not None and not is_repo_id(push_to_hub):
+        raise ConfigError(f"--push-to-hub wants a Hub name user/name, got {push_to_hub!r}")
     cfg = load_config(run_dir / "config.yaml")
     dataset_info(cfg.dataset)
-    dataset, _ = prepare_data(cfg)
+    dataset, keep = prepare_data(cfg)
     img_size = cfg.img_size or dataset.img_size
     model = build_model(cfg, dataset.num_classes, dataset.in_chans, img_size)
     with reading_checkpoints(run_dir):  # a training run cannot prune it while it is read
@@ -27,6 +46,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> nn.Module:
         if checkpoint is None:
             raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
         load_weights(model, checkpoint)
+        epoch = int(math.floor(load_train_state(checkpoint)["epoch"]))
     metadata = {
         "dataset": cfg.dataset,
         "classes": dataset.classes,
@@ -35,6 +55,22 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> nn.Module:
         "img_size": list(img_size) if isinstance(img_size, tuple) else img_size,
     }
     model.pretrained_config = {"model": cfg.model, **metadata}
+    model.model_card = run_model_card(run_dir, cfg, dataset, len(keep), epoch)
     if out is not None:
-        model.save_pretrained(out, **metadata)
+        model.save_pretrained(out)
+    if push_to_hub is not None:
+        push(model, push_to_hub)
     return model.eval()
+
+
+def push(model: nn.Module, repo_id: str) -> None:
+    """Upload the model folder (weights, config, card) to the Hub; failures are one line."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        model.push_to_hub(repo_id)
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        detail = " ".join(str(exc).split())[:300]
+        raise ConfigError(
+            f"could not push to {repo_id} ({type(exc).__name__}: {detail}); log in with `hf auth login`"
+        ) from exc

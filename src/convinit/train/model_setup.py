@@ -13,6 +13,7 @@ import torch.nn as nn
 
 from convinit.config import TrainConfig
 from convinit.data import ImageDataset, check_available, load_dataset
+from convinit.data.datasets import dataset_options
 from convinit.data.subsets import stratified_subset
 from convinit.errors import ConfigError
 from convinit.init import initialize
@@ -24,7 +25,7 @@ from convinit.train.memory_guard import check_fits_in_memory, check_model_args_b
 
 def prepare_data(cfg: TrainConfig) -> tuple[ImageDataset, torch.Tensor]:
     """The dataset and the indices of the training images this run uses (a stratified subset or all)."""
-    dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg.download)
+    dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
     keep = stratified_subset(
         dataset.train_labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order
     )
@@ -127,7 +128,7 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(
                 f"teacher {path} is neither a run directory nor a saved model (convinit export)"
             )
-    check_available(cfg.dataset, cfg.data_dir, cfg.download)
+    check_available(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
     shape = dataset_shape(cfg)
     if shape is not None:
         check_model_args_bounded(cfg.model_args)
