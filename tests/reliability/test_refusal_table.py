@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +144,11 @@ ROWS = {
         2,
         "(a symlink loop)",
     ),
+    "out-on-an-unfinished-run": (
+        lambda t: [*T, "--out", run_with_config(t, "model: simplevit\n")],
+        2,
+        "holds an unfinished run; continue it with `convinit train --resume",
+    ),
     "resume-all-checkpoints-damaged": (
         lambda t: ["train", "--resume", run_with_damaged_checkpoints(t), "--no-progress"],
         2,
@@ -208,3 +216,18 @@ def test_a_read_only_out_folder_is_refused_in_one_line(tmp_path, capsys):
     locked.mkdir(mode=0o555)
     assert main([*T, "--out", str(locked / "run")]) == 2
     assert "cannot write to run directory" in capsys.readouterr().err
+
+
+def test_a_file_size_limit_hit_while_checkpointing_ends_in_one_line(tmp_path):
+    # `ulimit -f`: safetensors fails with "File too large" in the first checkpoint write
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000))
+
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "convinit", *T, "--out", str(run_dir)]
+    result = subprocess.run(command, capture_output=True, text=True, preexec_fn=limit_file_size, timeout=300)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(
+        f"convinit: error: cannot write checkpoint {run_dir}/checkpoints/epoch-0001"
+    )
+    assert not list((run_dir / "checkpoints").iterdir()), "the half-written checkpoint was removed"

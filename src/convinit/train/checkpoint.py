@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from convinit.atomic import fsync_dir
@@ -137,7 +138,7 @@ def save_checkpoint(
     try:
         write_files(tmp, model, train_state, ema)
         write_manifest(tmp, epoch, step)
-    except (OSError, RuntimeError) as exc:  # torch.save says "unexpected pos" when the disk is full
+    except (OSError, RuntimeError, SafetensorError) as exc:  # torch.save: "unexpected pos" on a full disk
         shutil.rmtree(tmp, ignore_errors=True)
         detail = " ".join(str(exc).split())[:200]
         raise ConfigError(
