@@ -80,6 +80,18 @@ def run_with_damaged_checkpoints(tmp: Path) -> str:
     return str(run_dir)
 
 
+def run_with_checkpoint(tmp: Path, model: torch.nn.Module | None, train_state: dict) -> str:
+    """A run whose one intact checkpoint holds `model` (None: the configured model) and `train_state`."""
+    from convinit.train.trainer import build_model
+
+    cfg = resolve_config(None, TINY)
+    run_dir = tmp / "run-with-checkpoint"
+    run_dir.mkdir()
+    save_config(cfg, run_dir / "config.yaml")
+    save_checkpoint(run_dir, model or build_model(cfg, 10, 1, 8), train_state, 1)
+    return str(run_dir)
+
+
 def run_with_config(tmp: Path, text: str) -> str:
     run_dir = tmp / "cut"
     run_dir.mkdir()
@@ -153,6 +165,21 @@ ROWS = {
         lambda t: ["train", "--resume", run_with_damaged_checkpoints(t), "--no-progress"],
         2,
         "every checkpoint of",
+    ),
+    "resume-another-architectures-weights": (
+        lambda t: [
+            "train",
+            "--resume",
+            run_with_checkpoint(t, torch.nn.Linear(2, 2), {"epoch": 1}),
+            "--no-progress",
+        ],
+        2,
+        "holds another model's weights",
+    ),
+    "resume-malformed-train-state": (
+        lambda t: ["train", "--resume", run_with_checkpoint(t, None, {"epoch": 1}), "--no-progress"],
+        2,
+        "train_state.pt cannot be resumed from (KeyError: 'optimizer')",
     ),
     "resume-empty-config": (
         lambda t: ["train", "--resume", run_with_config(t, ""), "--no-progress"],

@@ -208,7 +208,15 @@ def load_weights(model: nn.Module, path: Path, ema: bool = False) -> None:
     file = (
         path if path.suffix == ".safetensors" else path / ("ema.safetensors" if ema else "model.safetensors")
     )
-    load_model(model, str(file))
+    try:
+        load_model(model, str(file))
+    except (SafetensorError, RuntimeError, OSError, ValueError) as exc:  # a pickle, another model's weights
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 200 else detail[:197] + "..."
+        raise ConfigError(
+            f"cannot load {file} into this {type(model).__name__} ({type(exc).__name__}: {detail}); "
+            "it is damaged or holds another model's weights"
+        ) from exc
 
 
 def load_train_state(path: Path) -> dict[str, Any]:

@@ -111,6 +111,21 @@ def stop_outside_the_loop(run_dir: str | Path | None) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@contextmanager
+def explain_malformed_state(checkpoint: Path) -> Iterator[None]:
+    """A train_state.pt that loads safely but lacks what a resume needs ends in one line."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise ConfigError(
+            f"{checkpoint / 'train_state.pt'} cannot be resumed from ({type(exc).__name__}: {detail}); it "
+            f"was not written by this convinit: delete {checkpoint} to resume from the previous checkpoint"
+        ) from exc
+
+
 @dataclass
 class TrainingRun:
     run_dir: Path
@@ -428,6 +443,8 @@ def train(
         run_dir = new_run_dir(cfg)
     if run_dir is not None:
         check_run_dir_path(Path(run_dir))
+    if not resume:
+        validate(cfg)  # before the run directory is created: a refused run leaves nothing behind
     owner = own_run_dir(Path(run_dir)) if run_dir is not None and is_main_rank() else nullcontext()
     with owner, stop_outside_the_loop(run_dir):
         if resume:
@@ -448,7 +465,8 @@ def train_owned(
     cfg: TrainConfig, run_dir: str | Path | None, resume: bool, overwrite: bool, progress: bool
 ) -> TrainingRun:
     """The body of `train`, run while this process owns `run_dir`."""
-    validate(cfg)
+    if resume:
+        validate(cfg)  # a new run's config was validated by `train` already
     device = resolve_device(cfg.device)
     ddp = setup_distributed(device.type == "cuda")
     if ddp.enabled:
@@ -538,13 +556,14 @@ def train_owned(
         load_weights(model, checkpoint)
         if ema is not None:
             load_weights(ema, checkpoint, ema=True)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if state.get("scaler"):  # fp16 runs only (a disabled scaler saves {})
-            scaler.load_state_dict(state["scaler"])
-        restore_rng_state(state["rng"])
-        start_epoch, start_step, running = state["epoch"], state["step"], state["running"]
-        skipped = state.get("skipped", 0)  # absent in checkpoints written before it was saved
+        with explain_malformed_state(checkpoint):
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            if state.get("scaler"):  # fp16 runs only (a disabled scaler saves {})
+                scaler.load_state_dict(state["scaler"])
+            restore_rng_state(state["rng"])
+            start_epoch, start_step, running = state["epoch"], state["step"], dict(state["running"])
+            skipped = state.get("skipped", 0)  # absent in checkpoints written before it was saved
         if ddp.is_main:
             log.truncate_after(start_epoch)
     elif ddp.is_main:
