@@ -202,3 +202,13 @@ def test_rows_that_would_share_a_folder_are_refused(experiment_file):
     runs[1].label = "AdamW"  # the same folder as "adamw"
     with pytest.raises(ConfigError, match="would share the folder adamw/seed0"):
         run_grid(runs, experiment_file.parent / "out", progress=False)
+
+
+def test_rows_that_fail_in_child_processes_are_recorded_with_the_childs_message(experiment_file, tmp_path):
+    # --jobs 2: each run is a `convinit train --resume` child; here both fail at once (no such data)
+    missing = {"dataset": "fashion-mnist", "data_dir": str(tmp_path / "nowhere")}
+    runs = expand(str(experiment_file), "small", seeds=[0], extra_overrides=missing)
+    outcome = run_grid(runs, tmp_path / "out", jobs=2, progress=False)
+    assert all(what.startswith("failed: dataset 'fashion-mnist'") for what in outcome.values()), outcome
+    reason = json.loads((tmp_path / "out" / "adamw" / "seed0" / "failed.json").read_text())["reason"]
+    assert reason.startswith(f"dataset 'fashion-mnist': {tmp_path / 'nowhere'} does not exist")

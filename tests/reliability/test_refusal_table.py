@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +80,18 @@ def run_with_damaged_checkpoints(tmp: Path) -> str:
     return str(run_dir)
 
 
+def run_with_checkpoint(tmp: Path, model: torch.nn.Module | None, train_state: dict) -> str:
+    """A run whose one intact checkpoint holds `model` (None: the configured model) and `train_state`."""
+    from convinit.train.trainer import build_model
+
+    cfg = resolve_config(None, TINY)
+    run_dir = tmp / "run-with-checkpoint"
+    run_dir.mkdir()
+    save_config(cfg, run_dir / "config.yaml")
+    save_checkpoint(run_dir, model or build_model(cfg, 10, 1, 8), train_state, 1)
+    return str(run_dir)
+
+
 def run_with_config(tmp: Path, text: str) -> str:
     run_dir = tmp / "cut"
     run_dir.mkdir()
@@ -141,10 +156,30 @@ ROWS = {
         2,
         "(a symlink loop)",
     ),
+    "out-on-an-unfinished-run": (
+        lambda t: [*T, "--out", run_with_config(t, "model: simplevit\n")],
+        2,
+        "holds an unfinished run; continue it with `convinit train --resume",
+    ),
     "resume-all-checkpoints-damaged": (
         lambda t: ["train", "--resume", run_with_damaged_checkpoints(t), "--no-progress"],
         2,
         "every checkpoint of",
+    ),
+    "resume-another-architectures-weights": (
+        lambda t: [
+            "train",
+            "--resume",
+            run_with_checkpoint(t, torch.nn.Linear(2, 2), {"epoch": 1}),
+            "--no-progress",
+        ],
+        2,
+        "holds another model's weights",
+    ),
+    "resume-malformed-train-state": (
+        lambda t: ["train", "--resume", run_with_checkpoint(t, None, {"epoch": 1}), "--no-progress"],
+        2,
+        "train_state.pt cannot be resumed from (KeyError: 'optimizer')",
     ),
     "resume-empty-config": (
         lambda t: ["train", "--resume", run_with_config(t, ""), "--no-progress"],
@@ -208,3 +243,18 @@ def test_a_read_only_out_folder_is_refused_in_one_line(tmp_path, capsys):
     locked.mkdir(mode=0o555)
     assert main([*T, "--out", str(locked / "run")]) == 2
     assert "cannot write to run directory" in capsys.readouterr().err
+
+
+def test_a_file_size_limit_hit_while_checkpointing_ends_in_one_line(tmp_path):
+    # `ulimit -f`: safetensors fails with "File too large" in the first checkpoint write
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000))
+
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "convinit", *T, "--out", str(run_dir)]
+    result = subprocess.run(command, capture_output=True, text=True, preexec_fn=limit_file_size, timeout=300)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(
+        f"convinit: error: cannot write checkpoint {run_dir}/checkpoints/epoch-0001"
+    )
+    assert not list((run_dir / "checkpoints").iterdir()), "the half-written checkpoint was removed"

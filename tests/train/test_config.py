@@ -100,3 +100,18 @@ def test_config_differences_names_changed_keys():
 def test_every_shipped_preset_validates():
     for name in preset_names():
         resolve_config(name)
+
+
+def test_a_relative_extends_is_found_beside_the_file_not_in_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "base.yaml").write_text("epochs: 4\n")
+    (tmp_path / "presets" / "child.yaml").write_text("extends: base.yaml\nlr: 0.01\n")
+    monkeypatch.chdir(tmp_path)  # no base.yaml here
+    cfg = resolve_config(str(tmp_path / "presets" / "child.yaml"))
+    assert (cfg.epochs, cfg.lr) == (4, 0.01)
+
+
+def test_a_preset_that_extends_itself_is_reported_as_a_loop(tmp_path):
+    (tmp_path / "self.yaml").write_text("extends: self.yaml\n")
+    with pytest.raises(ConfigError, match="extends itself in a loop"):
+        resolve_config(str(tmp_path / "self.yaml"))

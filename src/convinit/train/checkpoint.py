@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from convinit.atomic import fsync_dir
@@ -137,7 +138,7 @@ def save_checkpoint(
     try:
         write_files(tmp, model, train_state, ema)
         write_manifest(tmp, epoch, step)
-    except (OSError, RuntimeError) as exc:  # torch.save says "unexpected pos" when the disk is full
+    except (OSError, RuntimeError, SafetensorError) as exc:  # torch.save: "unexpected pos" on a full disk
         shutil.rmtree(tmp, ignore_errors=True)
         detail = " ".join(str(exc).split())[:200]
         raise ConfigError(
@@ -207,7 +208,15 @@ def load_weights(model: nn.Module, path: Path, ema: bool = False) -> None:
     file = (
         path if path.suffix == ".safetensors" else path / ("ema.safetensors" if ema else "model.safetensors")
     )
-    load_model(model, str(file))
+    try:
+        load_model(model, str(file))
+    except (SafetensorError, RuntimeError, OSError, ValueError) as exc:  # a pickle, another model's weights
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 200 else detail[:197] + "..."
+        raise ConfigError(
+            f"cannot load {file} into this {type(model).__name__} ({type(exc).__name__}: {detail}); "
+            "it is damaged or holds another model's weights"
+        ) from exc
 
 
 def load_train_state(path: Path) -> dict[str, Any]:

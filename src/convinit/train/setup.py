@@ -4,6 +4,8 @@ schedule, loss scaler, EMA, metrics log and trackers, restored from a checkpoint
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from convinit.atomic import atomic_write_text
 from convinit.config import TrainConfig, save_config
 from convinit.data import MixupCutmix
+from convinit.errors import ConfigError
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.train.data_source import DataSource, build_data
 from convinit.train.device import autocast_dtype, memory_format
@@ -152,12 +155,28 @@ def build_run(
     return run
 
 
+@contextmanager
+def explain_malformed_state(checkpoint: Path) -> Iterator[None]:
+    """A train_state.pt that loads safely but lacks what a resume needs ends in one line."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise ConfigError(
+            f"{checkpoint / 'train_state.pt'} cannot be resumed from ({type(exc).__name__}: {detail}); it "
+            f"was not written by this convinit: delete {checkpoint} to resume from the previous checkpoint"
+        ) from exc
+
+
 def restore(run: Run, checkpoint: Path) -> None:
     """Weights, EMA and train state from `checkpoint`; the metrics log back to its epoch."""
     load_weights(run.model, checkpoint)
     if run.parts.ema is not None:
         load_weights(run.parts.ema, checkpoint, ema=True)
     state: dict[str, Any] = load_train_state(checkpoint)
-    run.state.load_state_dict(state)
+    with explain_malformed_state(checkpoint):
+        run.state.load_state_dict(state)
     if run.ddp.is_main:
         run.log.truncate_after(run.state.epoch)

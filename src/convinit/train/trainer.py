@@ -79,6 +79,8 @@ def train(
         run_dir = new_run_dir(cfg)
     if run_dir is not None:
         check_run_dir_path(Path(run_dir))
+    if not resume:
+        validate(cfg)  # before the run directory is created: a refused run leaves nothing behind
     owner = own_run_dir(Path(run_dir)) if run_dir is not None and is_main_rank() else nullcontext()
     with owner, stop_outside_the_loop(run_dir):
         if resume:
@@ -115,7 +117,8 @@ def train_owned(
     cfg: TrainConfig, run_dir: str | Path | None, resume: bool, overwrite: bool, progress: bool
 ) -> TrainingRun:
     """The body of `train`, run while this process owns `run_dir`."""
-    validate(cfg)
+    if resume:
+        validate(cfg)  # a new run's config was validated by `train` already
     device, ddp = distributed_device(cfg, run_dir)
     run = build_run(cfg, Path(run_dir) if run_dir else new_run_dir(cfg), resume, overwrite, ddp, device)
     if ddp.is_main and progress:
