@@ -26,6 +26,9 @@ from convinit.provenance import provenance
 from convinit.publish import writable_folder
 from convinit.train import train, validate
 
+# what a demo folder holds: a rerun resumes in it (finished methods are skipped)
+DEMO_FILES = ("runs", "attention", "curves.png", "report.md", "results.csv")
+
 VIT = {
     "model": "simplevit",
     "model_args": {"patch_size": 1, "dim": 64, "depth": 4, "heads": 4, "dim_head": 16, "mlp_dim": 128},
@@ -116,7 +119,7 @@ def run_demo(
     from convinit.experiments.runner import run_state
 
     out = Path(out)
-    writable_folder(out)  # a file or a read-only place: one line now, not a traceback after training
+    writable_folder(out, DEMO_FILES)  # a file or a read-only place: one line now, not after training
     epochs = epochs or (QUICK_EPOCHS if quick else FULL_EPOCHS)
     methods = demo_methods()
     configs = [demo_config(m, epochs, seed) for m in methods]
