@@ -20,6 +20,19 @@ from convinit.errors import ConfigError
 from convinit.init.filters import impulse_conv_matrix
 from convinit.models.layers import record_attention
 
+INIT_BATCH = 64  # real training images an init scheme fits on and is measured on
+
+
+def init_images(dataset, indices: torch.Tensor, out_size, count: int = INIT_BATCH) -> torch.Tensor:
+    """`count` training images spread evenly over `indices`, preprocessed as for evaluation (no
+    augmentation): what `initialize(..., images=...)` fits on and measures at step 0."""
+    from convinit.data.augment import BatchAugment
+
+    picks = indices[torch.linspace(0, len(indices) - 1, min(count, len(indices))).long()]
+    size = (out_size, out_size) if isinstance(out_size, int) else tuple(out_size)
+    with torch.no_grad():
+        return BatchAugment(dataset.mean, dataset.std, size)(dataset.train_images[picks])
+
 
 def query_index(query: int | Sequence[int] | None, grid: tuple[int, int]) -> int:
     """A flat patch index from (row, col), a flat index, or None (the centre patch)."""

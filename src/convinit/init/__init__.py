@@ -7,10 +7,12 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
@@ -31,14 +33,30 @@ def list_schemes() -> list[str]:
     return sorted(_SCHEMES)
 
 
-def initialize(model: nn.Module, scheme: str = "random", **options: Any) -> dict[str, Any]:
-    """Initialise `model` in place with `scheme`; returns the scheme's report plus the seconds taken."""
+def initialize(
+    model: nn.Module, scheme: str = "random", images: torch.Tensor | None = None, **options: Any
+) -> dict[str, Any]:
+    """Initialise `model` in place with `scheme`; returns the scheme's report plus the seconds taken.
+
+    images: a (B, C, H, W) batch of real images, preprocessed as for evaluation. Schemes that take
+    `images` fit on them (impulse); for every scheme the report then gains `real_pass`, the attention
+    statistics of real forward passes (`convinit.init.measure`), for models with attention layers.
+    """
     if scheme not in _SCHEMES:
         raise ConfigError(f"unknown init scheme {scheme!r}; choose one of: {', '.join(list_schemes())}")
+    fn = _SCHEMES[scheme]
+    if images is not None and "images" in inspect.signature(fn).parameters:
+        options["images"] = images
     start = time.perf_counter()
-    report = dict(_SCHEMES[scheme](model, **options))
+    report = dict(fn(model, **options))
     report["scheme"] = scheme
     report["seconds"] = time.perf_counter() - start
+    if images is not None and "real_pass" not in report:
+        from convinit.init.measure import untargeted_real_pass
+
+        real = untargeted_real_pass(model, images)
+        if real is not None:
+            report["real_pass"] = real
     return report
 
 

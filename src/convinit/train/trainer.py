@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm.auto import tqdm
 
+from convinit.analysis.init_maps import init_images
 from convinit.config import TrainConfig, config_differences, load_config, save_config
 from convinit.data import BatchAugment, DeviceLoader, ImageDataset, MixupCutmix, check_available, load_dataset
 from convinit.data.subsets import stratified_subset
@@ -206,10 +207,13 @@ def build_model(
         raise ConfigError(f"model {cfg.model!r} cannot be built with {cfg.model_args}: {detail}") from exc
 
 
-def initialize_model(cfg: TrainConfig, model: nn.Module) -> dict[str, Any]:
-    """Apply the configured init scheme; ConfigError if its options are unknown or impossible."""
+def initialize_model(
+    cfg: TrainConfig, model: nn.Module, images: torch.Tensor | None = None
+) -> dict[str, Any]:
+    """Apply the configured init scheme (fitted on and measured with real `images`); ConfigError if its
+    options are unknown or impossible."""
     try:
-        return initialize(model, cfg.init, **cfg.init_args)
+        return initialize(model, cfg.init, images=images, **cfg.init_args)
     except ConfigError:
         raise
     except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as exc:
@@ -412,7 +416,7 @@ def train(
     model = build_model(cfg, dataset.num_classes, dataset.in_chans, img_size)
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if checkpoint is None:  # a new run, or one killed before its first intact checkpoint: start over
-        report = initialize_model(cfg, model)
+        report = initialize_model(cfg, model, init_images(dataset, keep, img_size))
         if ddp.is_main:
             init_report = report
             (run_dir / "init_report.json").write_text(json.dumps(report, indent=1, default=str))
