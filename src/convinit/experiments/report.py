@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from convinit.analysis.init_summary import init_markdown, init_rows
 from convinit.errors import ConfigError
 
 
@@ -202,6 +203,12 @@ def write_report(root: str | Path, out: str | Path | None = None, title: str | N
         records, "fraction", efficiency, "fraction of the training set", log_x=True
     ):
         parts += ["", "![sample efficiency](efficiency.png)"]
+    groups: dict[str, list[Path]] = defaultdict(list)
+    for record in records:
+        groups[record.label].append(record.run_dir)
+    init_table = init_markdown(init_rows(groups.items()))
+    if init_table:
+        parts += ["", init_table]
     parts += ["", "## Provenance", ""] + [f"- **{row['method']}**: {row['provenance']}" for row in rows]
     report = out / "report.md"
     report.write_text("\n".join(parts) + "\n")
