@@ -9,28 +9,16 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-
-Scheme = Callable[..., dict[str, Any]]
-_SCHEMES: dict[str, Scheme] = {}
-
-
-def register_scheme(name: str) -> Callable[[Scheme], Scheme]:
-    def decorate(fn: Scheme) -> Scheme:
-        _SCHEMES[name] = fn
-        return fn
-
-    return decorate
-
-
-def list_schemes() -> list[str]:
-    return sorted(_SCHEMES)
+from convinit.init import impulse, mimetic  # noqa: F401  (register the impulse and mimetic schemes)
+from convinit.init.measure import untargeted_real_pass
+from convinit.init.registry import SCHEMES as _SCHEMES
+from convinit.init.registry import list_schemes, register_scheme
 
 
 def initialize(
@@ -52,8 +40,6 @@ def initialize(
     report["scheme"] = scheme
     report["seconds"] = time.perf_counter() - start
     if images is not None and "real_pass" not in report:
-        from convinit.init.measure import untargeted_real_pass
-
         real = untargeted_real_pass(model, images)
         if real is not None:
             report["real_pass"] = real
@@ -67,6 +53,3 @@ def random_init(model: nn.Module) -> dict[str, Any]:
 
 
 __all__ = ["initialize", "list_schemes", "register_scheme"]
-
-
-from convinit.init import impulse, mimetic  # noqa: E402,F401  (register the impulse and mimetic schemes)

@@ -33,12 +33,12 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.init import register_scheme
 from convinit.init.closed_form import InputStatistics, SignalBasis, closed_form_factors, quadratic_factors
 from convinit.init.filters import check_kernel_size
 from convinit.init.measure import LOW_MASS, qk_inputs, real_pass_quality
 from convinit.init.mimetic import mimetic_value_proj
 from convinit.init.paper_optimizer import optimize_factors
+from convinit.init.registry import register_scheme
 from convinit.init.sites import (
     AttentionSlot,
     attention_slots,

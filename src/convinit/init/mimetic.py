@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.init import register_scheme
+from convinit.init.registry import register_scheme
 from convinit.init.sites import AttentionSlot, attention_slots, rms, write_qk
 
 VARIANTS = ("trockman_kolter", "paper1")
