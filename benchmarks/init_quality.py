@@ -49,6 +49,7 @@ def timm_vit() -> torch.nn.Module:
 
 
 def models(quick: bool) -> list[tuple[str, str, dict]]:
+    """(label, data, model arguments, or a timm row's init options) per row of the table."""
     rows = [(f"Fashion blend alpha {a}", "fashion", dict(FASHION, qk_input="blend", alpha=a)) for a in
             ((0.0, 0.1, 0.5) if quick else (0.0, 0.1, 0.3, 0.5))]  # fmt: skip
     rows += [("digits blend alpha 0.1 (demo)", "digits", dict(DIGITS, qk_input="blend", alpha=0.1)),
@@ -56,11 +57,13 @@ def models(quick: bool) -> list[tuple[str, str, dict]]:
     if not quick:
         rows += [("vit_tiny_patch2_32 blend alpha 0.1", "fashion32", dict(qk_input="blend", alpha=0.1)),
                  ("vit_tiny_patch2_32 qk_input=x", "fashion32", dict(qk_input="x")),
-                 ("timm VisionTransformer (Ti, patch 4)", "fashion32", {})]  # fmt: skip
+                 ("timm VisionTransformer (Ti, patch 4)", "fashion32", {}),
+                 ("timm VisionTransformer, sin-cos P", "fashion32", dict(sincos_pos_embed=True))]  # fmt: skip
     return rows
 
 
 def build(label: str, kwargs: dict) -> torch.nn.Module:
+    """The row's model; timm rows take their init options (sincos_pos_embed) from kwargs instead."""
     torch.manual_seed(0)
     if label.startswith("timm"):
         return timm_vit()
@@ -70,8 +73,9 @@ def build(label: str, kwargs: dict) -> torch.nn.Module:
 
 def measure(label: str, kwargs: dict, fit: torch.Tensor | None, test: torch.Tensor) -> str:
     model = build(label, kwargs)
+    options = kwargs if label.startswith("timm") else {}
     start = time.perf_counter()
-    report = initialize(model, "impulse", seed=0, images=fit)
+    report = initialize(model, "impulse", seed=0, images=fit, **options)
     seconds = time.perf_counter() - start
     offsets = [[tuple(h["offset"]) for h in layer["heads"]] for layer in report["layers"]]
     real = real_pass_quality(model, attention_slots(model, "impulse"), test, offsets)

@@ -209,7 +209,7 @@ def real_pass_report(
             f"(below {LOW_MASS}): image content in the Q/K input ({real['qk_input']}) outweighs position, "
             f"so the layers do not start as convolutions"
         )
-        warnings.warn(f"impulse init: {real['warning']}", stacklevel=3)
+        warnings.warn(f"impulse init: {real['warning']}", stacklevel=4)  # the caller of initialize
     return real
 
 
