@@ -51,6 +51,8 @@ from convinit.init.sites import (
 from convinit.init.targets import Targets, layer_offsets, map_quality, smallest_gap
 
 REST_STD = 0.02  # noise on the Q/K columns a closed form leaves unused (exact zeros never train)
+FIT_TOKENS = 4096  # patch tokens of real images a layer is fitted on (ViT-Ti/2: 16 images; 7x7 grid: 84)
+GAP_TOKENS = 1024  # patch tokens of real images the logit gap is searched on
 SOLVERS = ("closed_form", "optimize")
 OFFSET_MODES = ("random", "centre_first")
 PSEUDO_INPUTS = ("P", "LN(P)")
@@ -168,7 +170,8 @@ def impulse_init(
         offsets = shared or layer_offsets(opts.offsets, opts.kernel_size, slot.layer, slot.heads, generator)
         real = None
         if images is not None and slot.free is None and opts.solver == "closed_form":
-            real = qk_inputs(model, slots, images, upto=index)[index]
+            fit_images = images[: -(-FIT_TOKENS // (slot.grid[0] * slot.grid[1]))]  # the first ceil(./N)
+            real = qk_inputs(model, slots, fit_images, upto=index)[index]
         layers.append(init_layer(slot, Targets.build(offsets, slot.grid), opts, cache, generator, real))
     report = summarise(layers, slots[0], opts)
     if images is not None:
@@ -258,11 +261,8 @@ def fit_inputs(slot: AttentionSlot, opts: ImpulseOptions, cache: FitCache, real)
     patches = slot.grid[0] * slot.grid[1]
     if real is not None:
         x = real[:, -patches:].double()  # (B, N, D) patch tokens
-        return (
-            SignalBasis.of(InputStatistics.of_batch(x), opts.min_snr, opts.rcond, opts.content_floor),
-            x,
-            None,
-        )
+        basis = SignalBasis.of(InputStatistics.of_batch(x), opts.min_snr, opts.rcond, opts.content_floor)
+        return basis, x[: -(-GAP_TOKENS // patches)], None
     # an explicit pseudo_input is fitted as it is; by default the layer's content share is modelled
     content, share = (0.0, 1.0) if opts.pseudo_input else (slot.content, slot.position_share)
     x_fit = slot.inputs[opts.pseudo_input or slot.seen].double() * share
