@@ -41,3 +41,29 @@ def test_query_and_layer_outside_the_model_are_config_errors(tmp_path):
         save_init_maps(model, tmp_path / "x.png", query=(4, 0))
     with pytest.raises(ConfigError, match="layer 5 does not exist"):
         save_init_maps(model, tmp_path / "x.png", layers=[5])
+
+
+def test_init_summary_shows_the_real_pass_figures_of_each_runs_init_report(tmp_path):
+    import json
+
+    from convinit.analysis.init_summary import init_markdown, init_rows
+
+    for seed, mass in ((0, 0.7), (1, 0.9)):
+        run = tmp_path / f"impulse-{seed}"
+        run.mkdir()
+        real = {"qk_input": "0.1 * LN(x) + 0.9 * P", "mean_mass": mass, "mean_argmax_agreement": 1.0,
+                "mean_entropy": 0.2, "mean_distance": 1.5}  # fmt: skip
+        report = {"scheme": "impulse", "solver": "closed_form", "mean_mass": 0.99, "real_pass": real}
+        (run / "init_report.json").write_text(json.dumps(report))
+    mimetic = tmp_path / "mimetic"
+    mimetic.mkdir()
+    real = {"qk_input": "x", "mean_entropy": 0.9, "mean_distance": 3.0}
+    (mimetic / "init_report.json").write_text(
+        json.dumps({"scheme": "mimetic", "variant": "paper1", "real_pass": real})
+    )
+    rows = init_rows([("impulse", [tmp_path / "impulse-0", tmp_path / "impulse-1"]), ("mimetic", [mimetic])])
+    assert rows[0]["init"] == "impulse (closed_form)" and rows[0]["target_mass"] == pytest.approx(0.8)
+    assert rows[1]["init"] == "mimetic (paper1)" and rows[1]["target_mass"] is None
+    table = init_markdown(rows)
+    assert "| impulse | impulse (closed_form) | 0.1 * LN(x) + 0.9 * P | 0.80 | 1.00 | 0.20 | 1.50 |" in table
+    assert "0.99" not in table  # the pseudo-input figure is not what the report shows

@@ -30,8 +30,10 @@ def offsets_of(report: dict, layer: int) -> list[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("qk_input, alpha", [("blend", 0.0), ("x", None), ("free", None)])
-def test_closed_form_reaches_high_target_mass_on_the_digits_grid(qk_input, alpha):
-    report = initialize(model_of(qk_input, alpha, DIGITS), "impulse", seed=0)
+def test_closed_form_reaches_high_target_mass_on_an_explicit_pseudo_input(qk_input, alpha):
+    options = {} if qk_input == "free" else dict(pseudo_input="P" if qk_input == "blend" else "LN(P)")
+    options.update(target_mass=0.95, content_floor=0.0)  # no room kept for content: P alone
+    report = initialize(model_of(qk_input, alpha, DIGITS), "impulse", seed=0, **options)
     assert report["solver"] == "closed_form" and report["seconds"] > 0
     assert report["mean_mass"] >= 0.9
     assert report["mean_argmax_agreement"] == 1.0
@@ -40,7 +42,7 @@ def test_closed_form_reaches_high_target_mass_on_the_digits_grid(qk_input, alpha
 
 def test_alpha_zero_model_at_step_0_attends_by_impulse_convolutions():
     model = model_of("blend", 0.0, DIGITS).eval()
-    report = initialize(model, "impulse", seed=1)
+    report = initialize(model, "impulse", seed=1, target_mass=0.95, content_floor=0.0)
     with record_attention(model) as maps, torch.no_grad():
         model(torch.randn(2, 1, 8, 8))
     for layer, attention in enumerate(maps.values()):
@@ -64,8 +66,8 @@ def test_each_scheme_initialises_each_qk_input_kind(scheme, qk_input, alpha):
     assert {n.split("attn.")[1] for n in changed} >= logit_params
     out = model(torch.randn(2, 1, 8, 8))
     assert torch.isfinite(out).all() and report["scheme"] == scheme
-    if scheme == "impulse":
-        assert report["mean_argmax_agreement"] == 1.0 and report["mean_mass"] > 0.9
+    if scheme == "impulse" and (alpha == 0.0 or qk_input == "free"):  # input-independent maps
+        assert report["mean_argmax_agreement"] == 1.0 and report["mean_mass"] >= 0.75
 
 
 def test_optimize_solver_at_reduced_settings_gives_argmax_correct_low_mse_maps():
@@ -163,7 +165,8 @@ def test_timm_vision_transformer_patch_token_maps_become_impulse_convolutions():
     model = timm_vit.VisionTransformer(
         img_size=16, patch_size=2, in_chans=1, num_classes=3, embed_dim=64, depth=2, num_heads=4
     )  # fmt: skip  (class token, learnable pos_embed)
-    report = initialize(model, "impulse", kernel_size=3, sincos_pos_embed=True, seed=0)
+    options = dict(kernel_size=3, sincos_pos_embed=True, pseudo_input="LN(P)", target_mass=0.95)
+    report = initialize(model, "impulse", seed=0, **options)
     assert report["mean_mass"] >= 0.9 and report["mean_argmax_agreement"] == 1.0
     # check independently: norm1(patch rows of pos_embed) through the fused qkv (biases included)
     block, inner = model.blocks[1], 64
@@ -185,7 +188,8 @@ def test_timm_eva_maps_from_its_own_q_bias_become_impulse_convolutions():
     model = eva.Eva(**shape, qkv_bias=True, use_rot_pos_emb=False)  # q_bias, k_bias apart from the qkv
     with torch.no_grad():
         model.blocks[1].attn.q_bias.normal_()  # as if trained: the fit must zero it
-    report = initialize(model, "impulse", kernel_size=3, sincos_pos_embed=True, seed=0)
+    options = dict(kernel_size=3, sincos_pos_embed=True, pseudo_input="LN(P)", target_mass=0.95)
+    report = initialize(model, "impulse", seed=0, **options)
     assert report["mean_mass"] >= 0.9 and report["mean_argmax_agreement"] == 1.0
     block, attn = model.blocks[1], model.blocks[1].attn
     with torch.no_grad():

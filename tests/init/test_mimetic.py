@@ -71,3 +71,38 @@ def test_model_iii_factors_follow_the_recipe_in_token_space():
     attn = model.blocks[0].attn
     product = attn.q_factors[0].double() @ attn.k_factors[0].double()  # (N, N) with N = r = 16: exact
     assert torch.diagonal(product).mean().item() == pytest.approx(0.7, abs=0.1)
+
+
+def test_paper1_variant_is_q_k_only_with_noise_variance_one_over_3d():
+    model = full_rank_model()
+    v, out = model.blocks[0].attn.to_v.weight.clone(), model.blocks[0].attn.to_out.weight.clone()
+    report = initialize(model, "mimetic", variant="paper1", seed=0)
+    attn = model.blocks[0].attn
+    product = attn.to_qk.weight[:D].T.double() @ attn.to_qk.weight[D:].double()  # (D, D): exact at d = D
+    noise = (product - 0.7 * torch.eye(D, dtype=torch.float64)) / 0.7  # sqrt(1/D) U(-1, 1)
+    assert noise.abs().max() <= math.sqrt(1 / D) * 1.001
+    assert noise.var().item() == pytest.approx(1 / (3 * D), rel=0.1)
+    assert torch.equal(attn.to_v.weight, v) and torch.equal(attn.to_out.weight, out)
+    assert report["variant"] == "paper1" and report["value_proj"] is False
+
+
+def test_paper1_variant_is_the_rank_d_svd_of_its_definition_per_head():
+    torch.manual_seed(0)
+    model = create_model("simplevit", num_classes=3, img_size=4, in_chans=1, patch_size=1, dim=32, depth=1,
+                         heads=2, dim_head=8, mlp_dim=8)  # fmt: skip
+    initialize(model, "mimetic", variant="paper1", seed=5)
+    generator = torch.Generator().manual_seed(5)
+    noise = 2 * torch.rand(2, 32, 32, generator=generator, dtype=torch.float64) - 1  # all heads at once
+    definition = 0.7 * math.sqrt(1 / 32) * noise + 0.7 * torch.eye(32, dtype=torch.float64)
+    weight = model.blocks[0].attn.to_qk.weight.double()
+    for head in range(2):
+        q, k = weight[head * 8 : (head + 1) * 8], weight[16 + head * 8 : 16 + (head + 1) * 8]  # (d, D)
+        u, s, vh = torch.linalg.svd(definition[head])
+        assert torch.allclose(q.T @ k, (u[:, :8] * s[:8]) @ vh[:8], atol=1e-5)
+
+
+def test_unknown_mimetic_variant_is_a_config_error():
+    from convinit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="variant must be one of trockman_kolter, paper1"):
+        initialize(full_rank_model(), "mimetic", variant="official")

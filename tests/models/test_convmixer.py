@@ -13,7 +13,7 @@ from convinit.models import create_model, list_models
 from convinit.models.convmixer import TokenMixing
 
 SMALL = dict(num_classes=5, img_size=8, in_chans=1, dim=12, depth=2, kernel_size=3, patch_size=2)
-MODES = ["learned", "random", "impulse", "box-2", "ones", "gaussian-0.5", "perm", "fullperm"]
+MODES = ["learned", "random", "impulse", "box-2", "ones", "gaussian-0.5", "softmax", "perm", "fullperm"]
 
 
 def small(spatial: str, **kwargs) -> nn.Module:
@@ -97,3 +97,62 @@ def test_bad_kernel_and_heads_are_config_errors():
         small("impulse", kernel_size=4)
     with pytest.raises(ConfigError, match="filter_heads"):
         small("impulse", filter_heads=0)
+
+
+def residual_branch(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """What the first block adds to x in its spatial step: block output before channel mixing minus x."""
+    return model.blocks[0][0](x) - x
+
+
+@pytest.mark.parametrize("spatial", ["impulse", "learned", "softmax"])
+def test_paper1_conv_block_adds_bn_of_the_depthwise_conv_with_no_gelu(spatial):
+    model = small(spatial, block="paper1").eval()
+    conv, bn = model.spatial_layers()[0], model.blocks[0][0].fn[2]
+    x = torch.randn(2, 12, 4, 4)
+    with torch.no_grad():
+        assert torch.allclose(residual_branch(model, x), bn(conv(x)), atol=1e-6)
+        standard = small(spatial).eval()
+        conv, bn = standard.spatial_layers()[0], standard.blocks[0][0].fn[2]
+        assert torch.allclose(residual_branch(standard, x), bn(nn.functional.gelu(conv(x))), atol=1e-6)
+
+
+def test_paper1_linear_format_keeps_the_gelu():
+    model = small("perm", block="paper1").eval()
+    layer, bn = model.spatial_layers()[0], model.blocks[0][0].fn[2]
+    x = torch.randn(2, 12, 4, 4)
+    with torch.no_grad():
+        assert torch.allclose(residual_branch(model, x), bn(nn.functional.gelu(layer(x))), atol=1e-6)
+
+
+@pytest.mark.parametrize("spatial", ["random", "impulse", "box-2", "gaussian-0.5", "softmax", "perm"])
+def test_paper1_fixed_modes_freeze_weight_and_bias_and_standard_freezes_the_weight_only(spatial):
+    for layer in small(spatial, block="paper1").spatial_layers():
+        assert not any(p.requires_grad for p in layer.parameters())
+    for layer in small(spatial).spatial_layers():
+        assert [n for n, p in layer.named_parameters() if p.requires_grad] == ["bias"]
+
+
+def test_paper1_scales_hard_code_three_whatever_the_kernel():
+    k5 = dict(kernel_size=5, block="paper1")
+    impulse = small("impulse", **k5).spatial_layers()[0].weight.flatten(1)  # (C, 25)
+    assert torch.allclose(impulse.sum(1), torch.full((12,), math.sqrt(1 / 3)))
+    box = small("box-4", **k5).spatial_layers()[0].weight.flatten(1)
+    assert torch.allclose(box[box != 0], torch.tensor(math.sqrt(1 / (3 * 4))))
+    gaussian = small("gaussian-2", **k5).spatial_layers()[0].weight.flatten(1)
+    assert float(gaussian.pow(2).sum(1).mean()) == pytest.approx(1 / 3, rel=1e-5)
+    assert small("perm", **k5).spatial_layers()[0].scale == pytest.approx(math.sqrt(1 / 3))
+    assert small("perm", kernel_size=5).spatial_layers()[0].scale == pytest.approx(math.sqrt(1 / 5))
+
+
+def test_softmax_mode_convolves_with_the_softmax_of_its_weights_over_the_taps():
+    layer = small("softmax", kernel_size=5).spatial_layers()[0]
+    x = torch.randn(2, 12, 4, 4)
+    filters = layer.weight.flatten(1).softmax(-1).reshape(12, 1, 5, 5)
+    expected = nn.functional.conv2d(x, filters, layer.bias, padding=2, groups=12)
+    assert torch.allclose(layer(x), expected, atol=1e-6)
+    assert (filters > 0).all() and torch.allclose(filters.sum((1, 2, 3)), torch.ones(12))
+
+
+def test_unknown_block_is_a_config_error():
+    with pytest.raises(ConfigError, match="block must be one of standard, paper1"):
+        small("impulse", block="official")

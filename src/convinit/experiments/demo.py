@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from convinit.analysis.init_summary import init_markdown, init_rows
 from convinit.config import TrainConfig, build_config
 from convinit.experiments.grid import slug
 from convinit.experiments.report import find_runs, plot_curves, summarise
@@ -193,6 +194,8 @@ def write_demo_report(out: Path, epochs: int) -> Path:
         "of a few points are within seed noise at this scale (see `convinit reproduce` for seeds).",
         "",
         "![learning curves](curves.png)",
+        "",
+        init_markdown(init_rows((record.label, [record.run_dir]) for record in records)),
         "",
         "## Attention at initialisation and after training",
         "",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from convinit.analysis.init_summary import init_markdown, init_rows
 from convinit.atomic import atomic_write_text, atomic_writer
 from convinit.config import load_config
 from convinit.errors import ConfigError
@@ -240,6 +241,12 @@ def write_report(root: str | Path, out: str | Path | None = None, title: str | N
     if failures:
         parts += ["", "## Failed runs", "", "| method | seed | reason |", "| --- | ---: | --- |"]
         parts += [f"| {label} | {seed} | {reason} |" for label, seed, reason in failures]
+    groups: dict[str, list[Path]] = defaultdict(list)
+    for record in records:
+        groups[record.label].append(record.run_dir)
+    init_table = init_markdown(init_rows(groups.items()))
+    if init_table:
+        parts += ["", init_table]
     parts += ["", "## Provenance", ""] + [f"- **{row['method']}**: {row['provenance']}" for row in rows]
     report = out / "report.md"
     atomic_write_text(report, "\n".join(parts) + "\n")

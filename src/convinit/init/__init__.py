@@ -7,38 +7,42 @@
 
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-
-Scheme = Callable[..., dict[str, Any]]
-_SCHEMES: dict[str, Scheme] = {}
-
-
-def register_scheme(name: str) -> Callable[[Scheme], Scheme]:
-    def decorate(fn: Scheme) -> Scheme:
-        _SCHEMES[name] = fn
-        return fn
-
-    return decorate
+from convinit.init import impulse, mimetic  # noqa: F401  (register the impulse and mimetic schemes)
+from convinit.init.measure import untargeted_real_pass
+from convinit.init.registry import SCHEMES as _SCHEMES
+from convinit.init.registry import list_schemes, register_scheme
 
 
-def list_schemes() -> list[str]:
-    return sorted(_SCHEMES)
+def initialize(
+    model: nn.Module, scheme: str = "random", images: torch.Tensor | None = None, **options: Any
+) -> dict[str, Any]:
+    """Initialise `model` in place with `scheme`; returns the scheme's report plus the seconds taken.
 
-
-def initialize(model: nn.Module, scheme: str = "random", **options: Any) -> dict[str, Any]:
-    """Initialise `model` in place with `scheme`; returns the scheme's report plus the seconds taken."""
+    images: a (B, C, H, W) batch of real images, preprocessed as for evaluation. Schemes that take
+    `images` fit on them (impulse); for every scheme the report then gains `real_pass`, the attention
+    statistics of real forward passes (`convinit.init.measure`), for models with attention layers.
+    """
     if scheme not in _SCHEMES:
         raise ConfigError(f"unknown init scheme {scheme!r}; choose one of: {', '.join(list_schemes())}")
+    fn = _SCHEMES[scheme]
+    if images is not None and "images" in inspect.signature(fn).parameters:
+        options["images"] = images
     start = time.perf_counter()
-    report = dict(_SCHEMES[scheme](model, **options))
+    report = dict(fn(model, **options))
     report["scheme"] = scheme
     report["seconds"] = time.perf_counter() - start
+    if images is not None and "real_pass" not in report:
+        real = untargeted_real_pass(model, images)
+        if real is not None:
+            report["real_pass"] = real
     return report
 
 
@@ -49,6 +53,3 @@ def random_init(model: nn.Module) -> dict[str, Any]:
 
 
 __all__ = ["initialize", "list_schemes", "register_scheme"]
-
-
-from convinit.init import impulse, mimetic  # noqa: E402,F401  (register the impulse and mimetic schemes)

@@ -10,7 +10,10 @@ with Z uniform of variance 1/D, left factor U sqrt(S) and right factor sqrt(S) V
 (Model I/II) layer the Q/K input contains P, so the map starts near softmax(b1 * P P^T * scale):
 peaked on each patch and its neighbours. For Model III (qk_input "free") there is no Wq, Wk: the same
 recipe is applied in token space, Q_h K_h ~ a1 * Z1 + b1 * I (N x N, Z of variance 1/N), rank r.
-Works on the models `convinit.init.impulse.attention_slots` supports (timm-layout ViTs: the q/k
+Paper 1's tables were made with a weaker variant (`variant="paper1"`, official `vit.py`, SPEC section 4):
+Q/K only (V/proj keep their default init), W_h = 0.7 * sqrt(1/D) * U(-1, 1) + 0.7 * I, i.e. noise of
+variance 1/(3D) instead of 1/D, drawn for all heads at once, rank-d SVD factors.
+Works on the models `convinit.init.sites.attention_slots` supports (timm-layout ViTs: the q/k
 biases are set to 0, the v/proj biases are left alone).
 """
 
@@ -22,9 +25,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from convinit.init import register_scheme
-from convinit.init.impulse import AttentionSlot, attention_slots, rms, write_qk
+from convinit.errors import ConfigError
+from convinit.init.registry import register_scheme
+from convinit.init.sites import AttentionSlot, attention_slots, rms, write_qk
 
+VARIANTS = ("trockman_kolter", "paper1")
 QK_CONSTANTS = (0.7, 0.7)  # a1, b1
 VALUE_CONSTANTS = (0.4, 0.4)  # a2, b2
 
@@ -86,6 +91,20 @@ def mimetic_value_proj(
         slot.out_weight.copy_(right.T.to(slot.out_weight))  # to_out weight is (D, H*d)
 
 
+def paper1_qk(slot: AttentionSlot, generator: torch.Generator | None) -> None:
+    """Paper 1's mimetic Q/K: W = 0.7 sqrt(1/n) U(-1, 1) + 0.7 I per head (n = D, or N for Model III)."""
+    n = slot.free.tokens if slot.free is not None else slot.q_weight.shape[1]
+    noise = 2 * torch.rand(slot.heads, n, n, generator=generator, dtype=torch.float64) - 1
+    product = 0.7 * math.sqrt(1 / n) * noise + 0.7 * torch.eye(n, dtype=torch.float64)
+    factors = [svd_factors(product[h], slot.dim_head) for h in range(slot.heads)]  # (n, d), (d, n)
+    if slot.free is not None:
+        with torch.no_grad():
+            slot.free.q_factors.copy_(torch.stack([left for left, _ in factors]))
+            slot.free.k_factors.copy_(torch.stack([right for _, right in factors]))
+        return
+    write_qk(slot, torch.stack([left for left, _ in factors]), torch.stack([right.T for _, right in factors]))
+
+
 @register_scheme("mimetic")
 def mimetic_init(
     model: nn.Module,
@@ -94,17 +113,27 @@ def mimetic_init(
     b1: float = QK_CONSTANTS[1],
     a2: float = VALUE_CONSTANTS[0],
     b2: float = VALUE_CONSTANTS[1],
-    value_proj: bool = True,
+    value_proj: bool | None = None,
+    variant: str = "trockman_kolter",
     seed: int | None = None,
 ) -> dict[str, Any]:
-    """Mimetic init of every attention layer (SPEC section 4); `value_proj=False` leaves V/proj alone.
+    """Mimetic init of every attention layer (SPEC section 4).
 
-    Reports per layer the rms of the new Q/K and V weights, for comparison with other schemes.
+    variant "trockman_kolter" (a1, b1, a2, b2; V/proj too unless value_proj=False) or "paper1" (Q/K
+    only, noise variance 1/(3D), the baseline paper 1's tables used). Reports per layer the rms of the
+    new Q/K and V weights, for comparison with other schemes.
     """
+    if variant not in VARIANTS:
+        raise ConfigError(f"mimetic variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    if value_proj is None:
+        value_proj = variant == "trockman_kolter"
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     layers = []
     for slot in attention_slots(model, "mimetic"):
-        mimetic_qk(slot, a1, b1, generator)
+        if variant == "paper1":
+            paper1_qk(slot, generator)
+        else:
+            mimetic_qk(slot, a1, b1, generator)
         if value_proj:
             mimetic_value_proj(slot, a2, b2, generator)
         qk = (
@@ -115,4 +144,7 @@ def mimetic_init(
         layers.append(
             {"layer": slot.layer, "qk_rms": sum(rms(t) for t in qk) / 2, "v_rms": rms(slot.v_weight)}
         )
-    return {"constants": {"a1": a1, "b1": b1, "a2": a2, "b2": b2}, "value_proj": value_proj, "layers": layers}
+    constants = (
+        {"a1": a1, "b1": b1, "a2": a2, "b2": b2} if variant == "trockman_kolter" else {"a1": 0.7, "b1": 0.7}
+    )
+    return {"variant": variant, "constants": constants, "value_proj": value_proj, "layers": layers}

@@ -1,20 +1,29 @@
 """ConvMixer with fixed spatial filters (paper 1, Fig. 4 and appendix Table 6; SPEC section 1).
 
-Stem: Conv(p x p, stride p) -> GELU -> BN. Block: x = x + BN(GELU(spatial(x))); x = BN(GELU(Conv1x1(x))).
-Head: global average pool -> Linear. The spatial (depthwise) step is what the experiments vary:
+Stem: Conv(p x p, stride p) -> GELU -> BN. Head: global average pool -> Linear. Two blocks (`block`):
+
+- `standard` (Trockman & Kolter): x = x + BN(GELU(spatial(x))); x = BN(GELU(Conv1x1(x))). Fixed filters
+  are scaled to squared norm 1/k and only their weights are frozen (the per-channel bias trains).
+- `paper1`, as the official code that made paper 1's figures: in the conv format no GELU after the
+  depthwise conv, x = x + BN(spatial(x)) (a linear spatial step, as the theory assumes); the linear
+  format (perm / fullperm) keeps it. Fixed means weight and bias frozen. Scales hard-code 3: impulse
+  x sqrt(1/3), box-n x sqrt(1/(3n)), Gaussians normalised so the bank's mean squared norm is 1/3,
+  perm x sqrt(1/3).
+
+The spatial (depthwise) step is what the experiments vary:
 
 - `learned`: the default depthwise conv, trained (plain ConvMixer).
 - `random`: the default init, frozen.
 - `impulse`: one tap = 1 at a uniformly random kernel position, frozen.
 - `box-N`: N distinct random taps = 1 (`box-{k*k}`, alias `ones`, is the all-ones filter), frozen.
 - `gaussian-V`: exp(-0.5 dist^2 / V) around a random centre tap, V a variance, frozen.
+- `softmax`: random weights (the default init) passed through a softmax over the k*k taps in the
+  forward pass, frozen: a random positive filter summing to 1.
 - `perm` / `fullperm`: no convolution at all, an N x N token-mixing matrix per channel: each row picks
   one random column (`perm`) or a true permutation (`fullperm`). Meant for small N.
 
-Fixed filters are scaled to squared norm 1/k (official code: impulse * sqrt(1/k), box-n * sqrt(1/(n*k)));
 perm rows carry the impulse scale. `filter_heads` distinct filters are shared out over the channels
-(channel c uses filter c mod heads); `share_filters_across_layers` reuses one bank in every block. Only
-the spatial weights are frozen; the per-channel bias stays trainable (it is channel mixing).
+(channel c uses filter c mod heads); `share_filters_across_layers` reuses one bank in every block.
 """
 
 from __future__ import annotations
@@ -31,13 +40,15 @@ from convinit.models.layers import patch_grid
 from convinit.models.pretrained import PretrainedMixin
 from convinit.models.registry import register_model
 
-SPATIAL_MODES = "learned, random, impulse, ones, box-N, gaussian-V, perm, fullperm"
+SPATIAL_MODES = "learned, random, impulse, ones, box-N, gaussian-V, softmax, perm, fullperm"
+BLOCKS = ("standard", "paper1")
+PAPER1_SCALE = math.sqrt(1.0 / 3.0)  # the official code's hard-coded 3, whatever k is
 
 
 def parse_spatial(spatial: str, kernel_size: int) -> tuple[str, dict]:
     """'box-3' -> ('box', {'taps': 3}), 'gaussian-0.5' -> ('gaussian', {'variance': 0.5}), ..."""
     text = str(spatial).strip().lower()
-    if text in ("learned", "random", "impulse", "perm", "fullperm"):
+    if text in ("learned", "random", "impulse", "softmax", "perm", "fullperm"):
         return text, {}
     if text == "ones":
         return "box", {"taps": kernel_size * kernel_size}
@@ -90,22 +101,43 @@ class TokenMixing(nn.Module):
         return out.reshape(batch, channels, height, width) + self.bias[:, None, None]
 
 
+class SoftmaxConv(nn.Conv2d):
+    """Depthwise conv whose filters are softmax(weights) over the k*k taps (the official `softmax` mode)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight.flatten(1).softmax(-1).reshape(self.weight.shape)  # (C, 1, k, k)
+        return self._conv_forward(x, weight, self.bias)
+
+
+def scaled_bank(mode: str, params: dict, dim: int, kernel_size: int, heads: int, paper1: bool):
+    """The fixed filters (C, k, k) at the block's scale (see the module docstring)."""
+    bank = filter_bank(mode, kernel_size, dim, heads, **params)
+    if not paper1:
+        return bank * torch.tensor([fixed_filter_scale(f, kernel_size) for f in bank])[:, None, None]
+    if mode == "gaussian":  # the bank's mean squared norm is 1/3
+        return bank / (bank.flatten(1).pow(2).sum(1).mean() * 3).sqrt()
+    return bank * (PAPER1_SCALE / bank.flatten(1).norm(dim=1))[:, None, None]  # impulse, box-n, ones
+
+
 def spatial_layer(
-    mode: str, params: dict, dim: int, kernel_size: int, grid: tuple[int, int], heads: int
+    mode: str, params: dict, dim: int, kernel_size: int, grid: tuple[int, int], heads: int, paper1: bool
 ) -> nn.Module:
-    """One block's spatial step for an already-parsed mode."""
+    """One block's spatial step for an already-parsed mode; fixed modes frozen (paper1: bias too)."""
     if mode in ("perm", "fullperm"):
-        return TokenMixing(dim, grid, heads, full=mode == "fullperm", scale=math.sqrt(1.0 / kernel_size))
-    conv = nn.Conv2d(dim, dim, kernel_size, groups=dim, padding=kernel_size // 2)
-    if mode == "learned":
-        return conv
-    if mode != "random":
-        bank = filter_bank(mode, kernel_size, dim, heads, **params)  # (C, k, k)
-        scales = torch.tensor([fixed_filter_scale(f, kernel_size) for f in bank])
-        with torch.no_grad():
-            conv.weight.copy_((bank * scales[:, None, None])[:, None])  # (C, 1, k, k)
-    conv.weight.requires_grad_(False)
-    return conv
+        scale = PAPER1_SCALE if paper1 else math.sqrt(1.0 / kernel_size)
+        layer = TokenMixing(dim, grid, heads, full=mode == "fullperm", scale=scale)
+    else:
+        kind = SoftmaxConv if mode == "softmax" else nn.Conv2d
+        layer = kind(dim, dim, kernel_size, groups=dim, padding=kernel_size // 2)
+        if mode == "learned":
+            return layer
+        if mode not in ("random", "softmax"):
+            with torch.no_grad():
+                layer.weight.copy_(scaled_bank(mode, params, dim, kernel_size, heads, paper1)[:, None])
+        layer.weight.requires_grad_(False)
+    if paper1:
+        layer.bias.requires_grad_(False)
+    return layer
 
 
 class Residual(nn.Module):
@@ -133,8 +165,11 @@ class ConvMixer(PretrainedMixin, nn.Module):
         spatial: str = "learned",
         filter_heads: int | None = None,
         share_filters_across_layers: bool = False,
+        block: str = "standard",
     ):
         super().__init__()
+        if block not in BLOCKS:
+            raise ConfigError(f"ConvMixer block must be one of {', '.join(BLOCKS)}, got {block!r}")
         for name, value in dict(dim=dim, depth=depth).items():
             if value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value}")
@@ -146,21 +181,27 @@ class ConvMixer(PretrainedMixin, nn.Module):
             )
         self.grid = patch_grid(img_size, patch_size)
         self.spatial = spatial
+        self.block = block
+        paper1 = block == "paper1"
         mode, params = parse_spatial(spatial, kernel_size)
+        # paper 1's conv format has no GELU after the depthwise conv; its linear format (perm) has it
+        spatial_act = nn.Identity if paper1 and mode not in ("perm", "fullperm") else nn.GELU
         self.stem = nn.Sequential(
             nn.Conv2d(in_chans, dim, patch_size, stride=patch_size), nn.GELU(), nn.BatchNorm2d(dim)
         )
-        first = spatial_layer(mode, params, dim, kernel_size, self.grid, heads)
+        first = spatial_layer(mode, params, dim, kernel_size, self.grid, heads, paper1)
         blocks = []
         for index in range(depth):
             spatial_mix = (
-                first if index == 0 else spatial_layer(mode, params, dim, kernel_size, self.grid, heads)
+                first
+                if index == 0
+                else spatial_layer(mode, params, dim, kernel_size, self.grid, heads, paper1)
             )
             if share_filters_across_layers and index > 0:
                 spatial_mix.load_state_dict(first.state_dict())  # the same fixed filters (own parameters)
             blocks.append(
                 nn.Sequential(
-                    Residual(nn.Sequential(spatial_mix, nn.GELU(), nn.BatchNorm2d(dim))),
+                    Residual(nn.Sequential(spatial_mix, spatial_act(), nn.BatchNorm2d(dim))),
                     nn.Conv2d(dim, dim, 1),
                     nn.GELU(),
                     nn.BatchNorm2d(dim),
@@ -191,8 +232,12 @@ def convmixer(
     spatial: str = "learned",
     filter_heads: int | None = None,
     share_filters_across_layers: bool = False,
+    block: str = "standard",
 ) -> ConvMixer:
-    """ConvMixer-512/6, kernel 5, patch 2 on 32 px (paper 1's Fig. 4 configuration; also used: 256/8/k3)."""
+    """ConvMixer-512/6, kernel 5, patch 2 on 32 px (paper 1's Fig. 4 configuration; also used: 256/8/k3).
+
+    block "standard" (Trockman & Kolter) or "paper1" (the official code behind paper 1's figures).
+    """
     return ConvMixer(
         num_classes=num_classes,
         img_size=img_size,
@@ -204,4 +249,5 @@ def convmixer(
         spatial=spatial,
         filter_heads=filter_heads,
         share_filters_across_layers=share_filters_across_layers,
+        block=block,
     )

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 from PIL import Image
 
+from convinit.analysis.init_maps import INIT_BATCH
 from convinit.config import TrainConfig
 from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
 from convinit.data.datasets import dataset_options
@@ -48,10 +49,20 @@ class DataSource:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     train_size: int
+    init_set: StreamingImages | None = None  # streamed: the training images under the evaluation transform
 
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+    def init_batch(self, count: int = INIT_BATCH) -> torch.Tensor:
+        """`count` training images spread evenly over the training set, preprocessed as for evaluation (no
+        augmentation), on the CPU: what `initialize(..., images=...)` fits on and measures at step 0."""
+        n = self.train_size
+        picks = torch.linspace(0, n - 1, min(count, n)).long()
+        if isinstance(self.train, DeviceLoader):
+            return self.eval_transform(self.train.images[picks.to(self.train.images.device)]).cpu()
+        return torch.stack([self.init_set[int(i), 0][0] for i in picks])
 
     def test_batch(self, count: int, device: torch.device) -> torch.Tensor:
         """The first `count` test images as model input (trackers and the forward check use them)."""
@@ -129,7 +140,12 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
             dataset.test_images, dataset.test_labels, recipe.eval_transform(), dataset.in_chans
         )
         loaders = stream_loaders(cfg, train_set, test_set, rank, world_size, device)
-        return DataSource("stream", reason, *loaders, ToDevice(device), ToDevice(device), **common)
+        init_set = StreamingImages(
+            train_set.source, train_set.labels, recipe.eval_transform(), dataset.in_chans
+        )
+        return DataSource(
+            "stream", reason, *loaders, ToDevice(device), ToDevice(device), **common, init_set=init_set
+        )
     train = DeviceLoader(
         dataset.train_images[keep],
         dataset.train_labels[keep],
@@ -248,6 +264,7 @@ def streamed_folder(
     )
     test_set = StreamingImages(files.test_paths, files.test_labels, recipe.eval_transform(), in_chans)
     loaders = stream_loaders(cfg, train_set, test_set, rank, world_size, device)
+    init_set = StreamingImages(train_set.source, train_set.labels, recipe.eval_transform(), in_chans)
     return DataSource(
         "stream",
         reason,
@@ -260,4 +277,5 @@ def streamed_folder(
         mean=mean,
         std=std,
         train_size=len(keep),
+        init_set=init_set,
     )

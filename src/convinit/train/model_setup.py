@@ -64,10 +64,13 @@ def build_model(
         raise ConfigError(f"model {cfg.model!r} cannot be built with {cfg.model_args}: {detail}") from exc
 
 
-def initialize_model(cfg: TrainConfig, model: nn.Module) -> dict[str, Any]:
-    """Apply the configured init scheme; ConfigError if its options are unknown or impossible."""
+def initialize_model(
+    cfg: TrainConfig, model: nn.Module, images: torch.Tensor | None = None
+) -> dict[str, Any]:
+    """Apply the configured init scheme (fitted on and measured with real `images`); ConfigError if its
+    options are unknown or impossible."""
     try:
-        return initialize(model, cfg.init, **cfg.init_args)
+        return initialize(model, cfg.init, images=images, **cfg.init_args)
     except ConfigError:
         raise
     except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as exc:

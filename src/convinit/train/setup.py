@@ -62,7 +62,7 @@ def prepare_model(cfg: TrainConfig, data: DataSource, run_dir: Path, fresh: bool
     """Build the model; a fresh run initialises it and writes `init_report.json`."""
     model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
     if fresh:  # a new run, or one killed before its first intact checkpoint: start over
-        report = initialize_model(cfg, model)
+        report = initialize_model(cfg, model, data.init_batch())
         model.init_report = report
         if is_main:
             atomic_write_text(run_dir / "init_report.json", json.dumps(report, indent=1, default=str))

@@ -1,0 +1,217 @@
+"""Where attention lives in a model: each attention layer as an `AttentionSlot` the init schemes write into.
+
+Supported: convinit SimpleViTs (`simplevit`, `vit_tiny_patch2_32`, any qk_input) and timm-layout ViTs
+(timm `VisionTransformer`, convinit `deit`): fused `blocks[i].attn.qkv`, learnable `pos_embed`. A slot
+also knows how to read, from a forward pass, the Q/K input its layer really sees (`qk_input_of`), so
+that schemes can fit and measure maps on real images (`convinit.init.measure`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from convinit.errors import ConfigError
+from convinit.init.filters import Grid
+from convinit.models.layers import posemb_sincos_2d
+from convinit.models.vit import FreeAttention, SimpleViT
+
+SUPPORTED = (
+    "convinit SimpleViT models (simplevit, vit_tiny_patch2_32; qk_input x, blend or free) and timm-layout "
+    "ViTs (timm VisionTransformer, timm Eva without RoPE, convinit deit)"
+)
+
+
+@dataclass
+class AttentionSlot:
+    """One attention layer: where its Q/K/V/out weights live and which position-only input it sees.
+
+    `q_weight`, `k_weight`, `v_weight` are (H*d, D) views into the layer's parameters and `out_weight`
+    its (D, H*d) output projection; writing into them (under no_grad) initialises the layer. Model III
+    layers have `free` set instead of q/k weights. `inputs` holds the candidate pseudo-inputs X (N, D),
+    on the CPU where the solvers run, and `seen` names the one the layer really sees when alpha = 0
+    (or the closest proxy).
+    """
+
+    layer: int
+    heads: int
+    dim_head: int
+    scale: float
+    grid: Grid
+    v_weight: torch.Tensor
+    out_weight: torch.Tensor
+    q_weight: torch.Tensor | None = None
+    k_weight: torch.Tensor | None = None
+    qk_biases: list[torch.Tensor] = field(default_factory=list)
+    free: FreeAttention | None = None
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    seen: str | None = None
+    seen_note: str = ""
+    default_rms: float = 1.0  # rms of the model's default Q/K init, the unit of the reported weight scale
+    module: nn.Module | None = None  # the attention module, hooked to read its real Q/K input
+    real_input: str = ""  # what the Q/K projection sees on real images, in words
+    content: float = 1.0  # share of image content in the Q/K input (blend: alpha), for fits without images
+    position_share: float = 1.0  # share of position in it (blend: 1 - alpha)
+
+
+def qk_input_of(args: tuple, kwargs: dict) -> torch.Tensor:
+    """The Q/K input of an attention call: `qk_input` when given (blend models), else the layer's input x."""
+    qk = kwargs.get("qk_input")
+    if qk is None and len(args) > 1:
+        qk = args[1]
+    return args[0] if qk is None else qk
+
+
+def is_timm_layout(model: nn.Module) -> bool:
+    """A ViT with timm's layout: blocks[i].attn.qkv fused (3*H*d, D), norm1, and a pos_embed tensor."""
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.Sequential | nn.ModuleList) or len(blocks) == 0:
+        return False
+    if not isinstance(getattr(model, "pos_embed", None), torch.Tensor):
+        return False
+    for block in blocks:
+        attn = getattr(block, "attn", None)
+        if not isinstance(getattr(attn, "qkv", None), nn.Linear) or not hasattr(attn, "num_heads"):
+            return False
+        if not hasattr(block, "norm1") or not isinstance(getattr(attn, "proj", None), nn.Linear):
+            return False
+    return True
+
+
+def sincos_into_pos_embed(model: nn.Module) -> None:
+    """Write the fixed 2-D sin-cos P into a timm-layout model's patch rows of pos_embed (prefix rows kept)."""
+    grid = timm_grid(model)
+    patches = grid[0] * grid[1]
+    with torch.no_grad():
+        model.pos_embed[0, -patches:] = posemb_sincos_2d(*grid, model.pos_embed.shape[-1]).to(model.pos_embed)
+
+
+def timm_grid(model: nn.Module) -> Grid:
+    grid = getattr(model, "grid", None) or getattr(getattr(model, "patch_embed", None), "grid_size", None)
+    if grid is None:
+        raise ConfigError(
+            "this timm-layout model exposes no patch grid (model.grid or patch_embed.grid_size)"
+        )
+    return int(grid[0]), int(grid[1])
+
+
+def simplevit_slots(model: SimpleViT) -> list[AttentionSlot]:
+    pos = model.pos_embedding  # (N, D)
+    slots = []
+    for index, (block, attn) in enumerate(zip(model.blocks, model.attention_layers(), strict=True)):
+        inner = attn.heads * attn.dim_head
+        slot = AttentionSlot(
+            layer=index,
+            heads=attn.heads,
+            dim_head=attn.dim_head,
+            scale=attn.scale,
+            grid=model.grid,
+            v_weight=attn.to_v.weight,
+            out_weight=attn.to_out.weight,
+            default_rms=(3 * attn.to_v.in_features) ** -0.5,  # nn.Linear's U(+-1/sqrt(D))
+            module=attn,
+        )
+        if isinstance(attn, FreeAttention):
+            slot.free = attn
+            slot.default_rms = 3**-0.5  # FreeAttention's normal init
+            slot.real_input = "none: free maps, the same for every image"
+        else:
+            slot.q_weight, slot.k_weight = attn.to_qk.weight[:inner], attn.to_qk.weight[inner:]
+            with torch.no_grad():
+                slot.inputs = {"P": pos.float().cpu(), "LN(P)": block.norm(pos).float().cpu()}
+            if model.qk_input == "blend":
+                slot.seen, slot.seen_note = "P", f"P: exact at alpha = 0 (this model: alpha = {model.alpha})"
+                slot.real_input = f"{model.alpha:g} * LN(x) + {1 - model.alpha:g} * P"
+                slot.content, slot.position_share = model.alpha, 1.0 - model.alpha
+            elif model.pos_embed == "input":
+                slot.seen, slot.seen_note = "LN(P)", "LN(P): a proxy, the layer sees LN(patches + P)"
+                slot.real_input = "LN(x + P)"
+        slots.append(slot)
+    return slots
+
+
+def timm_slots(model: nn.Module) -> list[AttentionSlot]:
+    grid = timm_grid(model)
+    patches = grid[0] * grid[1]
+    pos = model.pos_embed.detach()[0]  # (T, D): prefix rows (if any) come first
+    if pos.shape[0] < patches:
+        raise ConfigError(f"pos_embed has {pos.shape[0]} rows but the grid has {patches} patches")
+    pos = pos[-patches:]  # (N, D) patch rows
+    slots = []
+    for index, block in enumerate(model.blocks):
+        attn = block.attn
+        for norm_name in ("q_norm", "k_norm"):
+            if not isinstance(getattr(attn, norm_name, nn.Identity()), nn.Identity):
+                raise ConfigError(
+                    "impulse/mimetic init cannot handle qk_norm; build the ViT with qk_norm=False"
+                )
+        heads = int(attn.num_heads)
+        inner = attn.qkv.out_features // 3
+        bias = attn.qkv.bias
+        # timm's Eva keeps its q/k biases apart from the fused qkv (q_bias, k_bias), zero at init
+        separate = [
+            b for b in (getattr(attn, "q_bias", None), getattr(attn, "k_bias", None)) if b is not None
+        ]
+        with torch.no_grad():
+            inputs = {"P": pos.float().cpu(), "LN(P)": block.norm1(pos).float().cpu()}
+        slots.append(
+            AttentionSlot(
+                layer=index,
+                heads=heads,
+                dim_head=inner // heads,
+                scale=float(getattr(attn, "scale", (inner // heads) ** -0.5)),
+                grid=grid,
+                q_weight=attn.qkv.weight[:inner],
+                k_weight=attn.qkv.weight[inner : 2 * inner],
+                v_weight=attn.qkv.weight[2 * inner :],
+                out_weight=attn.proj.weight,
+                qk_biases=([] if bias is None else [bias[: 2 * inner]]) + separate,
+                inputs=inputs,
+                seen="LN(P)",
+                seen_note="LN(P) = norm1(patch rows of pos_embed): a proxy, the layer sees norm1(x + pos)",
+                default_rms=0.02,  # timm's trunc-normal init of qkv
+                module=attn,
+                real_input="norm1(x + pos_embed)",
+            )
+        )
+    return slots
+
+
+def attention_slots(model: nn.Module, scheme: str) -> list[AttentionSlot]:
+    """The model's attention layers as `AttentionSlot`s, or a ConfigError naming the supported models."""
+    if isinstance(model, SimpleViT):
+        return simplevit_slots(model)
+    if is_timm_layout(model):
+        if scheme in ("impulse", "measure") and getattr(model, "rope", None) is not None:
+            # e.g. timm's EVA-02: q and k are rotated by position inside attention, so the logits are
+            # not (X W_q)(X W_k)^T and a fit of W_q, W_k would not give the maps it reports
+            raise ConfigError(
+                f"impulse init does not support {type(model).__name__} with rotary position embeddings "
+                f"(RoPE rotates q and k inside attention, outside the fit); it supports {SUPPORTED} "
+                f"(mimetic init works on this model)"
+            )
+        return timm_slots(model)
+    raise ConfigError(f"{scheme} init does not support {type(model).__name__}; it supports {SUPPORTED}")
+
+
+def write_qk(slot: AttentionSlot, wq: torch.Tensor, wk: torch.Tensor) -> None:
+    """Copy per-head Wq, Wk (H, D, d) into the layer (rows h*d:(h+1)*d of the q and k projections)."""
+    d = slot.dim_head
+    with torch.no_grad():
+        for head in range(slot.heads):
+            slot.q_weight[head * d : (head + 1) * d] = wq[head].T.to(slot.q_weight)
+            slot.k_weight[head * d : (head + 1) * d] = wk[head].T.to(slot.k_weight)
+        for bias in slot.qk_biases:
+            bias.zero_()
+
+
+def rms(t: torch.Tensor) -> float:
+    return float(t.detach().double().pow(2).mean().sqrt())
+
+
+def qk_parameters(slot: AttentionSlot) -> list[torch.Tensor]:
+    if slot.free is not None:
+        return [slot.free.q_factors, slot.free.k_factors]
+    return [slot.q_weight, slot.k_weight]

@@ -1,0 +1,100 @@
+"""Impulse targets of one layer and how well a map hits them (SPEC sections 3 and 7)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from convinit.init.filters import (
+    Grid,
+    Offset,
+    centre_first_offsets,
+    impulse_conv_matrix,
+    random_offsets,
+    target_keys,
+)
+
+
+def layer_offsets(mode: str, kernel_size: int, layer: int, heads: int, generator=None) -> list[Offset]:
+    """The H target offsets of one layer (SPEC sections 3 and 7).
+
+    random: uniform over the k*k taps (paper 1), a fresh draw per call. centre_first: the centre-first
+    order cycled by layer * heads + head, so that deeper layers use the other offsets.
+    """
+    if mode == "random":
+        return random_offsets(heads, kernel_size, generator)
+    order = centre_first_offsets(kernel_size)
+    return [order[(layer * heads + head) % len(order)] for head in range(heads)]
+
+
+@dataclass
+class Targets:
+    """Target maps of one layer's heads: T (H, N, N), target key per query (H, N), inside grid (H, N)."""
+
+    offsets: list[Offset]
+    maps: torch.Tensor
+    keys: torch.Tensor
+    inside: torch.Tensor
+
+    @classmethod
+    def build(cls, offsets: list[Offset], grid: Grid) -> Targets:
+        keys, inside = zip(*(target_keys(o, grid) for o in offsets), strict=True)
+        maps = torch.stack([impulse_conv_matrix(o, grid) for o in offsets])
+        return cls(offsets, maps, torch.stack(keys), torch.stack(inside))
+
+    def select(self, heads: list[int]) -> Targets:
+        """The targets of some heads only."""
+        return Targets(
+            [self.offsets[h] for h in heads], self.maps[heads], self.keys[heads], self.inside[heads]
+        )
+
+
+def target_mass(maps: torch.Tensor, targets: Targets) -> torch.Tensor:
+    """Mean attention weight on the target key over rows whose target is inside the grid. (..., H)"""
+    hit = maps.gather(-1, targets.keys[..., None].expand(*maps.shape[:-1], 1))[..., 0]  # (..., H, N)
+    inside = targets.inside.to(maps.dtype)
+    return (hit * inside).sum(-1) / inside.sum(-1).clamp_min(1)
+
+
+def map_quality(maps: torch.Tensor, targets: Targets) -> dict[str, list[float]]:
+    """Per head: target mass, argmax agreement (rows inside the grid), MSE against T (all rows)."""
+    maps = maps.double()
+    inside = targets.inside.double()
+    agree = (maps.argmax(-1) == targets.keys).double()
+    return {
+        "mass": target_mass(maps, targets).tolist(),
+        "argmax_agreement": ((agree * inside).sum(-1) / inside.sum(-1).clamp_min(1)).tolist(),
+        "mse": (maps - targets.maps.double()).pow(2).mean(dim=(-2, -1)).tolist(),
+    }
+
+
+def smallest_gap(unit_logits: torch.Tensor, targets: Targets, wanted: float, max_gap: float) -> torch.Tensor:
+    """Per head, the smallest c in [1, max_gap] with mass(softmax(c * logits)) >= wanted.
+
+    A coarse geometric grid finds the first c that gets there, then bisection (in log c) refines it.
+    A head that never gets there aims at 97 % of its best grid mass instead: on real inputs the mass
+    peaks and then falls as content takes over sharper logits, and a smaller c keeps the weights small.
+    unit_logits (..., H, N, N), e.g. a batch of real inputs (B, H, N, N), -> (H,).
+    """
+    unit = unit_logits.float()
+    heads = unit.shape[-3]
+
+    def mass(gaps: torch.Tensor) -> torch.Tensor:
+        maps = torch.softmax(gaps[:, None, None].float() * unit, dim=-1)
+        return target_mass(maps, targets).reshape(-1, heads).mean(0)  # (H,)
+
+    grid = torch.logspace(0, math.log10(max_gap), 13, dtype=torch.float64)
+    masses = torch.stack([mass(c.expand(heads)) for c in grid]).double()  # (G, H)
+    wanted = torch.minimum(torch.full((heads,), wanted, dtype=torch.float64), 0.97 * masses.max(0).values)
+    reached = masses >= wanted
+    first = reached.double().argmax(0)
+    hi, lo = grid[first], grid[(first - 1).clamp_min(0)]
+    refine = first > 0
+    for _ in range(12):
+        mid = (lo * hi).sqrt()
+        good = mass(mid) >= wanted
+        hi = torch.where(refine & good, mid, hi)
+        lo = torch.where(refine & ~good, mid, lo)
+    return hi
