@@ -144,3 +144,17 @@ def test_auto_mode_keeps_data_on_the_device_only_below_the_budget():
     assert mode == "stream" and "data_mode=stream" in why
     with pytest.raises(ValueError, match="auto, device or stream"):
         choose_data_mode("disk", 1, 1)
+
+
+def test_posterize_at_full_magnitude_gives_black_instead_of_failing():
+    """timm's PosterizeIncreasing keeps 0 bits at magnitude 10 (reached through mstd noise); Pillow now
+    refuses 0 bits, so every streamed DeiT run would die on some sample without the swap."""
+    from convinit.data.stream import posterize_bits
+
+    image = Image.fromarray(np.full((6, 6, 3), 200, dtype=np.uint8))
+    assert np.asarray(posterize_bits(image, 0)).max() == 0
+    assert np.asarray(posterize_bits(image, 2)).max() == 192
+    transform = StreamRecipe(img_size=8, mean=MEAN, std=STD, randaugment="rand-m10-n4-inc1").train_transform()
+    for seed in range(50):
+        seed_sample(seed)
+        transform(image)

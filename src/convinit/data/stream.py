@@ -57,7 +57,7 @@ class StreamRecipe:
         """RandomResizedCrop -> flip -> RandAugment -> normalise -> random erasing (timm's order)."""
         from timm.data import create_transform
 
-        return create_transform(
+        transform = create_transform(
             (self.in_chans, self.img_size, self.img_size),
             is_training=True,
             scale=self.crop_scale,
@@ -71,6 +71,7 @@ class StreamRecipe:
             re_prob=self.random_erasing,
             re_mode="pixel",
         )
+        return allow_posterize_to_zero_bits(transform)
 
     def eval_transform(self) -> Callable[[Image.Image], torch.Tensor]:
         """Resize the short side to img_size / crop_pct, centre-crop img_size, normalise."""
@@ -84,6 +85,26 @@ class StreamRecipe:
             std=self.std,
             crop_pct=self.crop_pct,
         )
+
+
+def posterize_bits(img: Image.Image, bits_to_keep: int, **kwargs) -> Image.Image:
+    """timm's posterize, with 0 bits kept giving a black image as older Pillow did (and as DeiT ran)."""
+    from timm.data.auto_augment import posterize
+
+    if bits_to_keep <= 0:
+        return img.point(lambda value: 0)
+    return posterize(img, bits_to_keep, **kwargs)
+
+
+def allow_posterize_to_zero_bits(transform: Callable) -> Callable:
+    """timm's PosterizeIncreasing keeps 4 - int(4 m / 10) bits: 0 at magnitude 10, which `mstd` noise
+    reaches; current Pillow refuses 0 bits (ValueError) where older Pillow returned black. Swap in
+    `posterize_bits` for timm's function in the transform's RandAugment operations."""
+    for step in getattr(transform, "transforms", []):
+        for op in getattr(step, "ops", []):
+            if getattr(op, "name", "").startswith("Posterize"):
+                op.aug_fn = posterize_bits
+    return transform
 
 
 def seed_sample(seed: int) -> None:
