@@ -22,14 +22,16 @@ PREVIEW_SAMPLES = 32
 
 @torch.no_grad()
 def augmented_samples(data: DataSource, seed: int, count: int = PREVIEW_SAMPLES) -> torch.Tensor:
-    """(count, C, H, W) training samples as the model sees them, mapped back to [0, 1]."""
+    """(count, C, H, W) training samples, spread over the training set, as the model sees them, mapped
+    back to [0, 1]."""
+    n = data.train_size
+    picks = torch.linspace(0, n - 1, min(count, n)).long()  # spread over the classes, which files sort by
     with kept_generators():  # the run's own random streams are not touched
         if isinstance(data.train, DeviceLoader):
-            batch = data.augment(data.train.images[:count])
+            batch = data.augment(data.train.images[picks.to(data.train.images.device)])
         else:
             dataset = data.train.dataset
-            samples = [dataset[i, sample_seed(seed, 0, i)][0] for i in range(min(count, len(dataset)))]
-            batch = torch.stack(samples)
+            batch = torch.stack([dataset[int(i), sample_seed(seed, 0, int(i))][0] for i in picks])
     mean = torch.tensor(data.mean, device=batch.device).view(1, -1, 1, 1)
     std = torch.tensor(data.std, device=batch.device).view(1, -1, 1, 1)
     return (batch * std + mean).clamp(0, 1).cpu()
