@@ -269,15 +269,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="convinit",
-        description="Train Vision Transformers on small datasets with a convolutional inductive bias.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def add_run_commands(sub: argparse._SubParsersAction) -> None:
+    """train and eval: a run and its newest checkpoint."""
     train = sub.add_parser(
         "train",
         help="train a model from a preset plus key=value overrides",
@@ -314,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", default="auto")
     evaluate.set_defaults(func=cmd_eval)
 
+
+def add_listing_commands(sub: argparse._SubParsersAction) -> None:
+    """datasets, models, configs: what this installation has."""
     datasets = sub.add_parser("datasets", help="list datasets and whether each is available here")
     datasets.add_argument("--data-dir", help="look in this directory instead of the defaults")
     datasets.set_defaults(func=cmd_datasets)
@@ -324,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     configs = sub.add_parser("configs", help="list shipped training presets")
     configs.set_defaults(func=cmd_configs)
 
+
+def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
+    """demo, reproduce, report, efficiency: runs by the grid, and their reports."""
     demo = sub.add_parser(
         "demo", help="compare random/mimetic/impulse ViTs, ConViT, DeiT and ConvMixer on digits"
     )
@@ -376,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     efficiency.set_defaults(func=cmd_efficiency)
 
+
+def add_model_commands(sub: argparse._SubParsersAction) -> None:
+    """export, predict, analyze: what a trained run gives."""
     export = sub.add_parser(
         "export", help="save a run's newest checkpoint as a model folder with a model card (and push it)"
     )
@@ -396,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     analyze.set_defaults(func=cmd_analyze)
 
+
+def add_bench_command(sub: argparse._SubParsersAction) -> None:
+    """bench: speed beside timm, the data pipelines and the init costs."""
     bench = sub.add_parser(
         "bench", help="training/inference speed beside timm, FLOP/s vs matmul rate, data pipeline, init costs"
     )
@@ -419,6 +424,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     bench.add_argument("--out", type=Path, help="also write the JSON result to this file")
     bench.set_defaults(func=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="convinit",
+        description="Train Vision Transformers on small datasets with a convolutional inductive bias.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    add_run_commands(sub)
+    add_listing_commands(sub)
+    add_experiment_commands(sub)
+    add_model_commands(sub)
+    add_bench_command(sub)
     return parser
 
 
