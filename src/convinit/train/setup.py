@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,10 @@ class Run:
     track_images: torch.Tensor
     checkpoint: Path | None  # the checkpoint resumed from, if any
 
-    @property
+    @cached_property
     def steps_per_epoch(self) -> int:
+        """The same for every epoch; measured once, since a loader's length computes its epoch order
+        (with repeated augmentation, or streamed, that is a pass over the whole training set)."""
         return len(self.data.train)
 
 
