@@ -122,7 +122,7 @@ def train_owned(
     device, ddp = distributed_device(cfg, run_dir)
     run = build_run(cfg, Path(run_dir) if run_dir else new_run_dir(cfg), resume, overwrite, ddp, device)
     if ddp.is_main and progress:
-        print(f"data: {run.data.mode} ({run.data.reason})", file=sys.stderr)
+        print(f"data: {run.data.mode} ({run.data.reason}); {run.threads.line()}", file=sys.stderr)
     if run.checkpoint is None and ddp.is_main and cfg.eval_every:
         run.log.append({"epoch": 0, **evaluation_row(run)})  # the model at initialisation
     total = cfg.epochs * run.steps_per_epoch
