@@ -88,3 +88,11 @@ def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -
         target.to(memory_format=torch.channels_last)
     loss, acc = evaluate(target, data.test, data.eval_transform, autocast_dtype(cfg, dev), memory_format(cfg))
     return {"checkpoint": str(checkpoint), "test_loss": loss, "test_acc": acc, "epoch": epoch}
+
+
+def evaluation_line(result: dict[str, float | str], ema: bool = False) -> str:
+    """`evaluate_run`'s result as `convinit eval` prints it: accuracy to 0.01 %, loss to 4 digits."""
+    weights = " EMA weights" if ema else ""
+    accuracy, loss = f"{result['test_acc']:.2f}%", f"{result['test_loss']:.4g}"
+    where = f"{result['checkpoint']}{weights} (epoch {result['epoch']})"
+    return f"{where}: test accuracy {accuracy}, test loss {loss}"
