@@ -185,7 +185,7 @@ def plot_attention_maps(
             ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
             label = f"layer {layer}, head {head}"
             if layer in gates:
-                label += f"\ngate {float(gates[layer][head]):.2f} positional"
+                label += f"\ngate {float(gates[layer][head]):.2f} (positional)"
             ax.set_title(label, fontsize=8)
         fig.colorbar(image, ax=list(ax_row), shrink=0.8, label="attention weight")
     where = f"attention of the query patch (row {row}, col {col}, red square) over the {rows}x{cols} patches"

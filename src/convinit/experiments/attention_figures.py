@@ -32,7 +32,8 @@ class RunModel:
 
     cfg: TrainConfig
     model: nn.Module
-    image: torch.Tensor  # (1, C, H, W), normalised as the model's input
+    image: torch.Tensor  # (1, C, H, W), a test image normalised as the model's input
+    init_images: torch.Tensor  # (B, C, H, W), the training images the init was fitted on and measured with
     init_report: dict
 
 
@@ -42,12 +43,19 @@ def model_at_init(run_dir: Path) -> RunModel:
     seed_everything(cfg.seed, deterministic=False)
     data = build_data(cfg, torch.device("cpu"))
     model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
-    report = initialize_model(cfg, model, data.init_batch())
-    return RunModel(cfg, model.eval(), data.test_batch(1, torch.device("cpu")), report)
+    images = data.init_batch()
+    report = initialize_model(cfg, model, images)
+    return RunModel(cfg, model.eval(), data.test_batch(1, torch.device("cpu")), images, report)
 
 
-def describe(cfg: TrainConfig) -> str:
-    return f"{cfg.model}, init {cfg.init}, {cfg.dataset}"
+def describe(run: RunModel) -> str:
+    """'convit_tiny, GPSA local init, digits': the model, its init as a user would name it, the data."""
+    from convinit.analysis.gates import gate_values
+
+    init = f"init {run.cfg.init}"
+    if gate_values(run.model):  # ConViT: its point is the GPSA layers' init, not the scheme of the rest
+        init = "GPSA local init" if run.cfg.model_args.get("use_local_init", True) else "GPSA random init"
+    return f"{run.cfg.model}, {init}, {run.cfg.dataset}"
 
 
 def attention_figures(
@@ -65,7 +73,7 @@ def draw_attention(
 
     if not has_attention(run.model):
         return []
-    title = f"{label} ({describe(run.cfg)})"
+    title = f"{label} ({describe(run)})"
     init = out / f"{slug(label)}-init.png"
     paths = [plot_attention_maps(run.model, run.image, init, layers=layers, title=f"{title}, step 0")]
     checkpoint = latest_checkpoint(run_dir)
@@ -92,7 +100,7 @@ def analyze_run(run_dir: str | Path) -> list[str]:
             f"{run_dir} is not a run directory (no config.yaml); pass a folder convinit train wrote"
         )
     run = model_at_init(run_dir)
-    lines = [f"{run_dir}: {describe(run.cfg)}"]
+    lines = [f"{run_dir}: {describe(run)}"]
     written = render_run_analysis(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
     names = {path.name: path for path in written}
     gated = bool(gate_values(run.model))

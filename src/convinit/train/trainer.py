@@ -256,5 +256,4 @@ def end_epoch(run: Run, epoch: int, stop: dict[str, int | None]) -> None:
 
 
 def stopped(run: Run, checkpoint: Path | None, signum: int) -> None:
-    print(f"stopped: checkpoint {checkpoint}; continue with `convinit train --resume {run.run_dir}`")
-    raise RunInterrupted(signum, checkpoint)
+    raise RunInterrupted(signum, checkpoint)  # `stop_outside_the_loop` says how to continue
