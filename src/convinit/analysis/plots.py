@@ -20,9 +20,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn as nn
 from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -130,7 +132,6 @@ def plot_gates(run: str | Path | Records, path: str | Path, title: str | None = 
     return _save(fig, path)
 
 
-@torch.no_grad()
 def plot_attention_maps(
     model: nn.Module,
     images: torch.Tensor,
@@ -139,6 +140,25 @@ def plot_attention_maps(
     query: tuple[int, int] | None = None,
     title: str | None = None,
 ) -> Path:
+    """`attention_maps_figure` saved as a PNG at `path`."""
+    return _save(attention_maps_figure(model, images, layers, query, title), path)
+
+
+def figure_pixels(fig: Figure) -> np.ndarray:
+    """(H, W, 3) uint8 RGB of a figure, rendered with Agg (for TensorBoard and W&B images)."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+@torch.no_grad()
+def attention_maps_figure(
+    model: nn.Module,
+    images: torch.Tensor,
+    layers: Sequence[int] | None = None,
+    query: tuple[int, int] | None = None,
+    title: str | None = None,
+) -> Figure:
     """Attention of one query patch (row, col; default the centre) over the patch grid, per head.
 
     One row per chosen layer (index as in `attention_layers`; default first, middle and last), one
@@ -190,7 +210,7 @@ def plot_attention_maps(
         fig.colorbar(image, ax=list(ax_row), shrink=0.8, label="attention weight")
     where = f"attention of the query patch (row {row}, col {col}, red square) over the {rows}x{cols} patches"
     fig.suptitle(f"{title}\n{where}" if title else where, fontsize=9)
-    return _save(fig, path)
+    return fig
 
 
 def render_run_analysis(

@@ -162,7 +162,9 @@ def build_run(
         record_threads(run_dir, threads)  # a resume reads it back (see convinit.train.threads)
         run.log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
         run.trackers.log_init(model.init_report)
-        save_augmentation_preview(data, cfg.seed, run_dir / "augmentations.png")
+        grid = save_augmentation_preview(data, cfg.seed, run_dir / "augmentations.png")
+        run.trackers.log_image("augmentations", grid, 0)
+        run.trackers.log_attention("attention/init", model, track_images, 0)
     return run
 
 

@@ -139,6 +139,7 @@ def train_owned(
         for epoch in range(run.state.epoch, cfg.epochs):
             train_epoch(run, epoch, bar, stop)
             end_epoch(run, epoch, stop)
+    run.trackers.log_attention("attention/trained", run.model, run.track_images, total)
     run.trackers.close()
     rows = run.log.rows()
     if ddp.is_main:
