@@ -22,6 +22,9 @@ def test_teaching_notebook_runs_top_to_bottom(tmp_path):
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the figures were drawn
     assert (tmp_path / "notebook-runs" / "impulse" / "finished.json").exists()
+    streams = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert "step/s" in streams or "s/step" in streams  # the training progress bar, as text
+    assert "IProgress" not in streams  # no ipywidgets warning where ipywidgets is not installed
 
 
 def test_custom_model_example_initialises_a_timm_vit():

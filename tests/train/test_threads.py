@@ -4,6 +4,7 @@ resume, else the cores less one or a grid's share), printed beside the data path
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -97,3 +98,18 @@ def test_a_run_prints_its_threads_beside_the_data_path_records_them_and_resumes_
     (run.run_dir / "finished.json").unlink()  # resume it: the recorded count, whatever the cores
     train(None, run_dir=run.run_dir, resume=True)
     assert "threads: 1 (as when this run started, for a bit-identical resume)" in capsys.readouterr().err
+
+
+def test_grid_children_are_told_how_many_runs_share_the_machine(tmp_path, monkeypatch):
+    from convinit.experiments import runner
+
+    def report_environment(run_dir):  # each child writes what its thread choice would read
+        code = f"import os; open({str(run_dir / 'runs')!r}, 'w').write(os.environ[{CONCURRENT_RUNS_ENV!r}])"
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(runner, "subprocess_command", report_environment)
+    run_dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    for run_dir in run_dirs:
+        run_dir.mkdir()
+    runner.run_in_subprocesses(run_dirs, jobs=3)
+    assert [(run_dir / "runs").read_text() for run_dir in run_dirs] == ["3", "3", "3"]
