@@ -12,7 +12,7 @@ import torch
 from convinit.config import resolve_config
 from convinit.data.stream import StreamingImages, StreamLoader
 from convinit.errors import ConfigError
-from convinit.train import train
+from convinit.train import evaluate_run, train
 from convinit.train.threads import CONCURRENT_RUNS_ENV, cgroup_cores, choose_threads, read_recorded
 
 
@@ -98,6 +98,9 @@ def test_a_run_prints_its_threads_beside_the_data_path_records_them_and_resumes_
     (run.run_dir / "finished.json").unlink()  # resume it: the recorded count, whatever the cores
     train(None, run_dir=run.run_dir, resume=True)
     assert "threads: 1 (as when this run started, for a bit-identical resume)" in capsys.readouterr().err
+    torch.set_num_threads(2)
+    evaluate_run(run.run_dir)  # `convinit eval` sums as the run did
+    assert torch.get_num_threads() == 1
 
 
 def test_grid_children_are_told_how_many_runs_share_the_machine(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ from convinit.train.checkpoint import latest_checkpoint, load_weights
 from convinit.train.data_source import build_data
 from convinit.train.model_setup import build_model, initialize_model
 from convinit.train.rng import seed_everything
+from convinit.train.threads import set_run_threads
 
 
 def has_attention(model: nn.Module) -> bool:
@@ -40,6 +41,7 @@ class RunModel:
 def model_at_init(run_dir: Path) -> RunModel:
     """The run's model at step 0, rebuilt in the trainer's order (seed, data, model, init), on the CPU."""
     cfg = load_config(run_dir / "config.yaml")
+    set_run_threads(cfg.threads, run_dir, resume=True)  # an init fitted on images sums as the run's did
     seed_everything(cfg.seed, deterministic=False)
     data = build_data(cfg, torch.device("cpu"))
     model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
