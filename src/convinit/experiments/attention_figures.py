@@ -99,7 +99,7 @@ def analyze_run(run_dir: str | Path) -> list[str]:
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(
-            f"{run_dir} is not a run directory (no config.yaml); pass a folder convinit train wrote"
+            f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
         )
     run = model_at_init(run_dir)
     lines = [f"{run_dir}: {describe(run)}"]
