@@ -69,22 +69,30 @@ def attention_figures(
 
 
 def draw_attention(
-    run: RunModel, run_dir: Path, out: Path, label: str, layers: list[int] | None = None
+    run: RunModel,
+    run_dir: Path,
+    out: Path,
+    label: str,
+    layers: list[int] | None = None,
+    stem: str | None = None,
 ) -> list[Path]:
+    """The figures of `attention_figures` for a rebuilt run, as out/<stem>-init.png and -trained.png
+    (stem: the label's slug); `label` heads each figure."""
     from convinit.analysis.plots import plot_attention_maps
 
     if not has_attention(run.model):
         return []
     title = f"{label} ({describe(run)})"
-    init = out / f"{slug(label)}-init.png"
+    stem = stem or slug(label)
+    init = out / f"{stem}-init.png"
     paths = [plot_attention_maps(run.model, run.image, init, layers=layers, title=f"{title}, step 0")]
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None:
         load_weights(run.model, checkpoint)
-        trained = out / f"{slug(label)}-trained.png"
+        trained = out / f"{stem}-trained.png"
         paths.append(
             plot_attention_maps(
-                run.model, run.image, trained, layers=layers, title=f"{title}, {checkpoint.name}"
+                run.model, run.image, trained, layers=layers, title=f"{title}, checkpoint {checkpoint.name}"
             )
         )
     return paths
@@ -116,7 +124,7 @@ def analyze_run(run_dir: str | Path) -> list[str]:
             lines.append(f"  {what}: none ({run.cfg.model} has no gated positional attention)")
         elif has_attention(run.model):
             lines.append(f"  {what}: not recorded (train with track={tracker} to record it)")
-    figures = draw_attention(run, run_dir, run_dir / "analysis", "attention")
+    figures = draw_attention(run, run_dir, run_dir / "analysis", run_dir.resolve().name, stem="attention")
     if not figures:
         lines.append(f"  attention maps: none ({run.cfg.model} has no attention layers)")
     for path in figures:
