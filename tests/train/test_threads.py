@@ -30,6 +30,7 @@ def test_the_threads_key_wins_over_omp_num_threads():
 
 def test_omp_num_threads_is_honoured_when_the_user_set_it():
     assert choose_threads(None, env={"OMP_NUM_THREADS": "2"}, cores=8).threads == 2
+    assert choose_threads(None, env={"OMP_NUM_THREADS": "4,2"}, cores=8).threads == 4  # nested levels
     assert choose_threads(None, env={"OMP_NUM_THREADS": "junk"}, cores=8).threads == 7  # not a count: ignored
 
 

@@ -83,7 +83,7 @@ def choose_threads(
     env = os.environ if env is None else env
     if setting is not None:
         return ThreadChoice(setting, f"threads={setting}")
-    omp = positive_int(env.get("OMP_NUM_THREADS"))
+    omp = positive_int(env.get("OMP_NUM_THREADS", "").split(",")[0] or None)  # "4,2": 4 at the outer level
     if omp is not None:
         changed = recorded is not None and recorded != omp
         unlike = f"; this run started with {recorded}: not bit-identical" if changed else ""
