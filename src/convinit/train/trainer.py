@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,7 +21,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from tqdm import TqdmWarning
+from tqdm.auto import tqdm
 
 from convinit.atomic import atomic_write_text
 from convinit.config import TrainConfig, config_differences, load_config
@@ -44,11 +43,6 @@ from convinit.train.run_dir import check_run_dir_path
 from convinit.train.setup import Run, build_run
 from convinit.train.signals import RunInterrupted, stop_at_step_boundary, stop_outside_the_loop
 from convinit.train.step import train_step
-
-# Jupyter without ipywidgets: tqdm's text bar (it works there), without the "IProgress not found" warning
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", TqdmWarning)
-    from tqdm.auto import tqdm
 
 
 @dataclass
