@@ -3,8 +3,8 @@ default, and said in one line beside the data path.
 
 torch's default (one thread per physical core) is right for one process on an idle machine and badly wrong
 otherwise: several grid runs, DataLoader workers, or other programs on the same cores make its threads wait
-for each other at every parallel region: on a busy 2-core machine one step of the default preset takes
-over ten times longer with 2 threads than with 1 (BENCHMARKS.md, "Threads"). The rule, first match wins:
+for each other at every parallel region: on a busy 2-core machine one step of the default preset took 8x
+longer with 2 threads than with 1 (BENCHMARKS.md, "Threads on a busy machine"). The rule, first match wins:
 
 1. `threads=N` in the config;
 2. `OMP_NUM_THREADS` when the user set it;
