@@ -117,3 +117,18 @@ def test_grid_children_are_told_how_many_runs_share_the_machine(tmp_path, monkey
         run_dir.mkdir()
     runner.run_in_subprocesses(run_dirs, jobs=3)
     assert [(run_dir / "runs").read_text() for run_dir in run_dirs] == ["3", "3", "3"]
+
+
+def test_a_streamed_run_counts_its_data_workers_against_its_threads(tmp_path, tiny_overrides, monkeypatch):
+    from convinit.train.distributed import DistributedContext
+    from convinit.train.setup import build_run
+    from convinit.train.threads import usable_cores
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(CONCURRENT_RUNS_ENV, raising=False)
+    cfg = resolve_config(None, tiny_overrides + ["data_mode=stream", "workers=1"])
+    run = build_run(cfg, tmp_path / "run", False, False, DistributedContext(), torch.device("cpu"))
+    cores = usable_cores()
+    expected = max(1, max(1, cores - 1) - 1) if cores > 1 else 1
+    assert run.threads.threads == expected == torch.get_num_threads()
+    assert "less 1 data workers" in run.threads.reason and read_recorded(run.run_dir) == expected
