@@ -1,0 +1,192 @@
+"""CUDA's device rules on a CPU-only machine, and an audit of every host-device transfer.
+
+`fake_cuda()` enters torch's `FakeTensorMode`: tensors carry shapes, dtypes and a (fake) device but no
+data, so `device="cuda"` works without a GPU and every op checks CUDA's device rules (a CPU tensor beside
+a CUDA one raises, as on a GPU). bf16 autocast on `cuda` is let through, as on a GPU.
+
+`DeviceAudit` is a `TorchDispatchMode` entered inside it; it records, with the call site, each op that
+makes a GPU wait or would fail there:
+
+- `h2d`: a blocking host-to-device copy (`torch.tensor(x, device=cuda)`, `t.new_tensor(i)`,
+  `torch.ones(()).to(cuda)`, `cuda.copy_(cpu)`, CPU indices into a CUDA tensor). A pageable copy is
+  synchronous: the host waits until the queue drains, like a read.
+- `read`: a device-to-host read (`item()`, `bool(t)`/`if t`, `int(t)`, `tolist()`, `.cpu()`,
+  `torch.equal`, `nonzero` and every op whose output shape depends on values).
+- `mismatch`: an op that mixes CPU and CUDA tensors where CUDA refuses it (FakeTensorMode lets a CPU
+  0-dim tensor into any op; CUDA only into element-wise ones).
+- `h2d_async`: a `non_blocking=True` host-to-device copy (from pinned memory it overlaps with compute);
+  recorded, not a failure.
+
+Reads are answered with a zero of the right type so that one pass finds every read of a step.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+import torch
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+)
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+CUDA = torch.device("cuda", 0)
+TORCH_DIR = str(Path(torch.__file__).parent)
+THIS_FILE = str(Path(__file__))
+
+# ops that hand a device value to the host (their output is a Python value or data-dependent in shape)
+READ_OPS = {"_local_scalar_dense", "is_nonzero", "equal", "item", "nonzero", "nonzero_static"}
+# ops CUDA runs with a CPU 0-dim tensor as a kernel argument (TensorIterator's CPU scalars)
+SCALAR_FRIENDLY = {"masked_fill", "masked_fill_", "index_fill", "index_fill_"}
+INDEX_OPS = {"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put"}
+IGNORED = {"device", "lift_fresh", "lift_fresh_copy", "detach", "alias"}
+
+
+@dataclass(frozen=True)
+class Transfer:
+    kind: str  # h2d, h2d_async, read, mismatch
+    op: str
+    site: str  # file:line function, the innermost frame outside torch
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.op} at {self.site}"
+
+
+def call_site() -> str:
+    """The innermost stack frame outside torch and this file: the line that asked for the op."""
+    for frame in reversed(traceback.extract_stack()):
+        if frame.filename.startswith(TORCH_DIR) or frame.filename == THIS_FILE:
+            continue
+        if "/contextlib.py" in frame.filename or "/unittest/mock.py" in frame.filename:
+            continue
+        return f"{shorten(frame.filename)}:{frame.lineno} {frame.name}"
+    return "?"
+
+
+def shorten(filename: str) -> str:
+    parts = Path(filename).parts
+    for anchor in ("convinit", "tests", "benchmarks", "timm", "torchvision", "kornia"):
+        if anchor in parts:
+            index = len(parts) - 1 - parts[::-1].index(anchor)
+            return "/".join(parts[index:])
+    return filename
+
+
+def tensors_in(args, kwargs) -> list[torch.Tensor]:
+    flat, _ = tree_flatten((args, kwargs))
+    return [t for t in flat if isinstance(t, torch.Tensor)]
+
+
+class DeviceAudit(TorchDispatchMode):
+    """Records every blocking host-to-device copy, device-to-host read and device mismatch (with its
+    call site) of the ops run while it is active. Enter it inside `fake_cuda()`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transfers: list[Transfer] = []
+
+    def of(self, *kinds: str) -> list[Transfer]:
+        return [t for t in self.transfers if t.kind in kinds]
+
+    @property
+    def blocking(self) -> list[Transfer]:
+        """What makes the host wait for the GPU: reads and blocking copies (and mismatches, which fail)."""
+        return self.of("h2d", "read", "mismatch")
+
+    def clear(self) -> None:
+        self.transfers.clear()
+
+    def record(self, kind: str, func) -> None:
+        self.transfers.append(Transfer(kind, func.overloadpacket.__name__, call_site()))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if name in IGNORED:
+            return func(*args, **kwargs)
+        if name in READ_OPS:
+            self.record("read", func)
+            return answer_read(func, args)
+        self.classify(func, name, args, kwargs)
+        try:
+            return func(*args, **kwargs)
+        except (DataDependentOutputException, DynamicOutputShapeException):
+            self.record("read", func)  # e.g. a boolean mask index: its size is read back
+            raise
+
+    def classify(self, func, name: str, args, kwargs) -> None:
+        if name == "_to_copy":
+            source, target = args[0].device, kwargs.get("device") or args[0].device
+            self.copy(func, source, torch.device(target), kwargs.get("non_blocking", False))
+        elif name == "copy_":
+            non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+            self.copy(func, args[1].device, args[0].device, non_blocking)
+        else:
+            self.mixed(func, name, tensors_in(args, kwargs))
+
+    def copy(self, func, source: torch.device, target: torch.device, non_blocking: bool) -> None:
+        if source.type == "cpu" and target.type == "cuda":
+            self.record("h2d_async" if non_blocking else "h2d", func)
+        elif source.type == "cuda" and target.type == "cpu":
+            self.record("read", func)
+
+    def mixed(self, func, name: str, tensors: list[torch.Tensor]) -> None:
+        if not any(t.device.type == "cuda" for t in tensors):
+            return
+        host = [t for t in tensors if t.device.type == "cpu"]
+        if not host:
+            return
+        if name in INDEX_OPS:
+            self.record("h2d", func)  # CUDA copies CPU indices to the device first
+        elif all(t.dim() == 0 for t in host) and (
+            torch.Tag.pointwise in func.tags or name in SCALAR_FRIENDLY or name.startswith("_foreach_")
+        ):
+            return  # a CPU scalar passed by value to the kernel
+        else:
+            self.record("mismatch", func)
+
+
+def answer_read(func, args):
+    """A stand-in for the value a read would return: zero, False, or an empty result."""
+    name = func.overloadpacket.__name__
+    if name in ("nonzero", "nonzero_static"):
+        return torch.empty((0, args[0].dim()), dtype=torch.long, device=args[0].device)
+    if name in ("is_nonzero", "equal"):
+        return False
+    dtype = args[0].dtype
+    if dtype == torch.bool:
+        return False
+    return 0.0 if dtype.is_floating_point or dtype.is_complex else 0
+
+
+@contextmanager
+def fake_cuda() -> Iterator[FakeTensorMode]:
+    """FakeTensorMode on a pretend CUDA device, with bf16 autocast on `cuda` allowed as on a GPU.
+    Real CPU tensors made outside (a dataset, a module built before) are accepted and become fake."""
+    with ExitStack() as stack:
+        stack.enter_context(mock.patch("torch.cuda.amp.common.amp_definitely_not_available", lambda: False))
+        stack.enter_context(mock.patch("torch.cuda.is_bf16_supported", lambda *a, **k: True))
+        yield stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+
+
+@contextmanager
+def audit() -> Iterator[DeviceAudit]:
+    """Records transfers of the ops inside; use within `fake_cuda()`."""
+    with DeviceAudit() as recorder:
+        yield recorder
+
+
+def describe(transfers: list[Transfer]) -> str:
+    """One line per distinct transfer with its count, for assertion messages."""
+    counts: dict[str, int] = {}
+    for transfer in transfers:
+        counts[str(transfer)] = counts.get(str(transfer), 0) + 1
+    return "\n".join(f"{n} x {line}" for line, n in counts.items()) or "none"
