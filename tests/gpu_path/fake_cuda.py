@@ -18,10 +18,17 @@ makes a GPU wait or would fail there:
   recorded, not a failure.
 
 Reads are answered with a zero of the right type so that one pass finds every read of a step.
+
+The one piece that cannot run on a pretend device is autograd's engine: on a machine without a GPU it
+stops at its stream bookkeeping (`hasPrimaryContext`) before any op. Inside `fake_cuda()`,
+`Tensor.backward` therefore gives each leaf its gradient as a device tensor of the leaf's shape, as the
+engine would, without running the derivative formulas: those are torch's, with the forward's devices,
+and `test_backward_reads_nothing` runs them for real on the CPU.
 """
 
 from __future__ import annotations
 
+import itertools
 import traceback
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -33,6 +40,7 @@ import torch
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
+    FakeTensor,
     FakeTensorMode,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -45,7 +53,7 @@ THIS_FILE = str(Path(__file__))
 # ops that hand a device value to the host (their output is a Python value or data-dependent in shape)
 READ_OPS = {"_local_scalar_dense", "is_nonzero", "equal", "item", "nonzero", "nonzero_static"}
 # ops CUDA runs with a CPU 0-dim tensor as a kernel argument (TensorIterator's CPU scalars)
-SCALAR_FRIENDLY = {"masked_fill", "masked_fill_", "index_fill", "index_fill_"}
+SCALAR_FRIENDLY = {"fill", "fill_", "masked_fill", "masked_fill_", "index_fill", "index_fill_"}
 INDEX_OPS = {"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put"}
 IGNORED = {"device", "lift_fresh", "lift_fresh_copy", "detach", "alias"}
 
@@ -167,6 +175,52 @@ def answer_read(func, args):
     return 0.0 if dtype.is_floating_point or dtype.is_complex else 0
 
 
+def graph_leaves(root: torch.Tensor) -> list[torch.Tensor]:
+    """The leaves (parameters, inputs with requires_grad) that `root.backward()` would give a gradient."""
+    leaves, seen, stack = [], set(), [root.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if hasattr(node, "variable"):  # AccumulateGrad
+            leaves.append(node.variable)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return leaves
+
+
+def fake_backward(self: torch.Tensor, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    """`Tensor.backward` on fake tensors: each leaf's `.grad` becomes (or stays) a tensor on its device."""
+    if self.grad_fn is None:
+        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+    for leaf in inputs if inputs is not None else graph_leaves(self):
+        if leaf.grad is None:
+            leaf.grad = torch.zeros_like(leaf)
+
+
+ORIGINAL_APPLY = torch.nn.Module._apply
+
+
+def rebinding_apply(self: torch.nn.Module, fn, recurse: bool = True) -> torch.nn.Module:
+    """`Module._apply` (what `.to(device)` runs) for a module built inside the fake mode: torch swaps a
+    fake parameter in place, which the mode's own weak references forbid, so each parameter is rebound
+    to a new one (shared parameters stay shared) and each buffer replaced."""
+    if not any(isinstance(t, FakeTensor) for t in itertools.chain(self.parameters(), self.buffers())):
+        return ORIGINAL_APPLY(self, fn, recurse)
+    rebound: dict[int, torch.nn.Parameter] = {}
+    for module in self.modules() if recurse else [self]:
+        for key, param in module._parameters.items():
+            if param is not None and id(param) not in rebound:
+                with torch.no_grad():
+                    rebound[id(param)] = torch.nn.Parameter(fn(param), requires_grad=param.requires_grad)
+            if param is not None:
+                module._parameters[key] = rebound[id(param)]
+        for key, buffer in module._buffers.items():
+            if buffer is not None:
+                module._buffers[key] = fn(buffer)
+    return self
+
+
 @contextmanager
 def fake_cuda() -> Iterator[FakeTensorMode]:
     """FakeTensorMode on a pretend CUDA device, with bf16 autocast on `cuda` allowed as on a GPU.
@@ -174,6 +228,8 @@ def fake_cuda() -> Iterator[FakeTensorMode]:
     with ExitStack() as stack:
         stack.enter_context(mock.patch("torch.cuda.amp.common.amp_definitely_not_available", lambda: False))
         stack.enter_context(mock.patch("torch.cuda.is_bf16_supported", lambda *a, **k: True))
+        stack.enter_context(mock.patch.object(torch.Tensor, "backward", fake_backward))
+        stack.enter_context(mock.patch.object(torch.nn.Module, "_apply", rebinding_apply))
         yield stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
 
 

@@ -80,3 +80,18 @@ def test_bf16_autocast_runs_on_the_fake_device():
     with fake_cuda(), torch.autocast("cuda", dtype=torch.bfloat16):
         out = torch.nn.functional.linear(torch.zeros(2, 3, device=CUDA), torch.zeros(4, 3, device=CUDA))
     assert out.dtype == torch.bfloat16 and out.device == CUDA
+
+
+def test_setting_a_slice_to_a_python_number_is_a_fill_not_a_copy():
+    def work(x):
+        m = torch.zeros(2, 2, 3, device=x.device)
+        m[:, 0, 0] = m[:, 1, 1] = 1
+
+    assert kinds_of(work) == []
+
+
+def test_backward_gives_each_leaf_a_gradient_on_its_device():
+    with fake_cuda():
+        layer = torch.nn.Linear(3, 2).to(CUDA)
+        layer(torch.zeros(4, 3, device=CUDA)).sum().backward()
+        assert all(p.grad is not None and p.grad.device == CUDA for p in layer.parameters())
