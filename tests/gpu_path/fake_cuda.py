@@ -2,7 +2,9 @@
 
 `fake_cuda()` enters torch's `FakeTensorMode`: tensors carry shapes, dtypes and a (fake) device but no
 data, so `device="cuda"` works without a GPU and every op checks CUDA's device rules (a CPU tensor beside
-a CUDA one raises, as on a GPU). bf16 autocast on `cuda` is let through, as on a GPU.
+a CUDA one raises, as on a GPU). bf16 autocast on `cuda` is let through, as on a GPU. Host work stays
+real: an op on real CPU tensors only (a dataset read, a `randperm` for the epoch order, a model built on
+the CPU) runs for real, so its values exist; only what is on, or goes to, the device is fake.
 
 `DeviceAudit` is a `TorchDispatchMode` entered inside it; it records, with the call site, each op that
 makes a GPU wait or would fail there:
@@ -42,6 +44,7 @@ from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     FakeTensor,
     FakeTensorMode,
+    unset_fake_temporarily,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -93,6 +96,27 @@ def tensors_in(args, kwargs) -> list[torch.Tensor]:
     return [t for t in flat if isinstance(t, torch.Tensor)]
 
 
+def is_fake(tensor: torch.Tensor) -> bool:
+    return isinstance(tensor, FakeTensor)
+
+
+class HostStaysReal(TorchDispatchMode):
+    """Below the audit, above FakeTensorMode: ops that touch no fake tensor and make nothing on the
+    device run for real, outside the fake mode; reads of fake values are answered with a zero."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        target = kwargs.get("device")
+        if not any(map(is_fake, tensors_in(args, kwargs))) and (
+            target is None or torch.device(target).type == "cpu"
+        ):
+            with unset_fake_temporarily():
+                return func(*args, **kwargs)
+        if func.overloadpacket.__name__ in READ_OPS:
+            return answer_read(func, args)
+        return func(*args, **kwargs)
+
+
 class DeviceAudit(TorchDispatchMode):
     """Records every blocking host-to-device copy, device-to-host read and device mismatch (with its
     call site) of the ops run while it is active. Enter it inside `fake_cuda()`."""
@@ -121,8 +145,9 @@ class DeviceAudit(TorchDispatchMode):
         if name in IGNORED:
             return func(*args, **kwargs)
         if name in READ_OPS:
-            self.record("read", func)
-            return answer_read(func, args)
+            if args and isinstance(args[0], torch.Tensor) and args[0].device.type == "cuda":
+                self.record("read", func)
+            return func(*args, **kwargs)
         self.classify(func, name, args, kwargs)
         try:
             return func(*args, **kwargs)
@@ -175,6 +200,16 @@ def answer_read(func, args):
     return 0.0 if dtype.is_floating_point or dtype.is_complex else 0
 
 
+ORIGINAL_BACKWARD = torch.Tensor.backward
+
+
+def fake_tolist(self: torch.Tensor) -> list:
+    """torch's `tolist` copies the tensor to the host once (FakeTensor's reads each element): one read."""
+    self.cpu()
+    with unset_fake_temporarily():
+        return torch.zeros(self.shape, dtype=self.dtype).tolist()
+
+
 def graph_leaves(root: torch.Tensor) -> list[torch.Tensor]:
     """The leaves (parameters, inputs with requires_grad) that `root.backward()` would give a gradient."""
     leaves, seen, stack = [], set(), [root.grad_fn]
@@ -191,6 +226,8 @@ def graph_leaves(root: torch.Tensor) -> list[torch.Tensor]:
 
 def fake_backward(self: torch.Tensor, gradient=None, retain_graph=None, create_graph=False, inputs=None):
     """`Tensor.backward` on fake tensors: each leaf's `.grad` becomes (or stays) a tensor on its device."""
+    if not is_fake(self):  # host work (an init fitted on the CPU) runs torch's backward
+        return ORIGINAL_BACKWARD(self, gradient, retain_graph, create_graph, inputs)
     if self.grad_fn is None:
         raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
     for leaf in inputs if inputs is not None else graph_leaves(self):
@@ -230,7 +267,10 @@ def fake_cuda() -> Iterator[FakeTensorMode]:
         stack.enter_context(mock.patch("torch.cuda.is_bf16_supported", lambda *a, **k: True))
         stack.enter_context(mock.patch.object(torch.Tensor, "backward", fake_backward))
         stack.enter_context(mock.patch.object(torch.nn.Module, "_apply", rebinding_apply))
-        yield stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        stack.enter_context(mock.patch.object(FakeTensor, "tolist", fake_tolist))
+        mode = stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        stack.enter_context(HostStaysReal())
+        yield mode
 
 
 @contextmanager
