@@ -19,7 +19,8 @@ makes a GPU wait or would fail there:
 - `h2d_async`: a `non_blocking=True` host-to-device copy (from pinned memory it overlaps with compute);
   recorded, not a failure.
 
-Reads are answered with a zero of the right type so that one pass finds every read of a step.
+Reads are answered with a one of the right type (a zero would divide) so that one pass finds every
+read of a step.
 
 The one piece that cannot run on a pretend device is autograd's engine: on a machine without a GPU it
 stops at its stream bookkeeping (`hasPrimaryContext`) before any op. Inside `fake_cuda()`,
@@ -188,16 +189,13 @@ class DeviceAudit(TorchDispatchMode):
 
 
 def answer_read(func, args):
-    """A stand-in for the value a read would return: zero, False, or an empty result."""
+    """A stand-in for the value a read would return: one (True), or an empty result."""
     name = func.overloadpacket.__name__
     if name in ("nonzero", "nonzero_static"):
         return torch.empty((0, args[0].dim()), dtype=torch.long, device=args[0].device)
-    if name in ("is_nonzero", "equal"):
-        return False
-    dtype = args[0].dtype
-    if dtype == torch.bool:
-        return False
-    return 0.0 if dtype.is_floating_point or dtype.is_complex else 0
+    if name in ("is_nonzero", "equal") or args[0].dtype == torch.bool:
+        return True
+    return 1.0 if args[0].dtype.is_floating_point or args[0].dtype.is_complex else 1
 
 
 ORIGINAL_BACKWARD = torch.Tensor.backward
@@ -207,7 +205,7 @@ def fake_tolist(self: torch.Tensor) -> list:
     """torch's `tolist` copies the tensor to the host once (FakeTensor's reads each element): one read."""
     self.cpu()
     with unset_fake_temporarily():
-        return torch.zeros(self.shape, dtype=self.dtype).tolist()
+        return torch.ones(self.shape, dtype=self.dtype).tolist()
 
 
 def graph_leaves(root: torch.Tensor) -> list[torch.Tensor]:

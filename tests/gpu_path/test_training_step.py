@@ -179,3 +179,18 @@ def test_the_streamed_path_steps_without_waiting(image_folder, mixing):
     recorder = streamed_steps(image_folder, mixing)
     assert_nothing_waits(recorder)
     assert {t.kind for t in recorder.transfers} <= {"h2d_async"}  # the batch itself, from pinned memory
+
+
+def test_convit_steps_and_evaluates_without_waiting():
+    """GPSA's positional map in the step and in evaluation's no-grad forward (frozen pos_proj included)."""
+    overrides = ["model=convit_tiny_patch4_32", "img_size=16", "model_args.depth=2"]
+    cfg = digits_config("paper1/recipe_small", [*overrides, "model_args.local_up_to_layer=1"])
+    dataset = read_dataset(cfg)
+    with fake_cuda():
+        parts, data = device_run(cfg, dataset)
+        assert_nothing_waits(audit_steps(parts, data.train))
+        images = data.eval_transform(next(iter(data.test))[0])
+        parts.model.requires_grad_(False)
+        with audit() as recorder, torch.no_grad():
+            parts.model.eval()(images)
+    assert_nothing_waits(recorder)
