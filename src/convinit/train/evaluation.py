@@ -37,14 +37,15 @@ def evaluate(
     of the test set (the loader's) and the sums are all-reduced, so every rank returns the whole set's."""
     model.eval()
     device = next(itertools.chain(model.parameters(), model.buffers())).device
-    totals = torch.zeros(3, device=device, dtype=torch.float64)  # loss sum, correct, samples
+    exact = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+    totals = torch.zeros(3, device=device, dtype=exact)  # loss sum, correct, samples
     for images, labels in loader:
         inputs = transform(images).contiguous(memory_format=layout)
         labels = labels.to(inputs.device, non_blocking=True)
         with torch.autocast(inputs.device.type, dtype=dtype, enabled=dtype is not None):
             logits = model(inputs)
-        correct = (logits.argmax(1) == labels).sum().double()
-        loss = F.cross_entropy(logits.float(), labels, reduction="sum").double()
+        correct = (logits.argmax(1) == labels).sum().to(exact)
+        loss = F.cross_entropy(logits.float(), labels, reduction="sum").to(exact)
         totals += torch.stack([loss, correct, torch.full_like(correct, len(labels))])
     if ddp is not None and ddp.enabled:
         dist.all_reduce(totals)
