@@ -49,11 +49,11 @@ def test_gpu_script_runs_every_stage_in_order_on_the_cpu_path_and_prints_the_sum
 def test_a_failing_stage_is_marked_and_the_others_still_report(tmp_path):
     """On a machine without CUDA the CUDA stages fail; the CPU-only ones still run and report, the
     summary is printed, and the script exits 1."""
-    done, lines = run_script(tmp_path / "out", DEVICE="cuda")
+    done, lines = run_script(tmp_path / "out", DEVICE="cuda", STAGES="steps stream ddp")
     assert done.returncode == 1
     statuses = dict((line["name"], line["status"]) for line in lines if line["stage"] == "status")
-    assert list(statuses) == STAGES
-    assert statuses["fabricate"] == statuses["stream"] == "ok"
+    assert list(statuses) == ["steps", "stream", "ddp"]  # in the script's order
+    assert statuses["stream"] == "ok"
     assert statuses["steps"].startswith("failed") and statuses["ddp"].startswith("failed")
     assert any(line["stage"] == "stream" and line["images_per_s"] > 0 for line in lines)
     assert "== stream" in done.stdout
