@@ -2,7 +2,8 @@
 # The one prepared GPU check, for a fresh machine with one GPU (an H200) and no internet but the package
 # registries. Stages run in this order, each capped by `timeout` at the seconds in brackets (caps sum to
 # 560 s; with start-up and the summary the whole script ends within ten minutes):
-#   install   [150]  pip install -e ".[timm]" from the package registries (INSTALL=0 skips it)
+#   install   [150]  pip install -e ".[timm]" from the package registries into $OUT/venv, which sees the
+#                    system's packages (INSTALL=0 skips it and uses $PYTHON)
 #   fabricate  [20]  an ImageNet-style folder of 500x375 JPEGs (CLASSES x PER_CLASS, 5 val per class)
 #   audit      [60]  the real training step of each recipe (CIFAR crop/flip, DeiT with mixup/cutmix/EMA/
 #                    clipping, paper 1's recipe_aug, ConvMixer with BatchNorm, streamed with and without
@@ -23,9 +24,12 @@
 # reruns only those (fabricate first if their data is gone), e.g. in what is left of a GPU loan.
 # CPU path (tested in CI): DEVICE=cpu SCALE=tiny INSTALL=0 OUT=/tmp/gpu bash benchmarks/gpu.sh
 set -uo pipefail # no -e: one failing stage must not stop the others
-cd "$(dirname "$0")/.."
-python=${PYTHON:-python}
+SCRIPT=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+cd "$(dirname "$SCRIPT")/.."
 OUT=${OUT:-gpu-results}
+python=${PYTHON:-python}
+if [[ -x "$OUT/venv/bin/python" ]]; then python=$OUT/venv/bin/python; fi # made by the install stage
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" # this checkout's code, installed or not
 DEVICE=${DEVICE:-cuda}
 SCALE=${SCALE:-full}
 RESULTS=$OUT/results.jsonl
@@ -44,7 +48,10 @@ fi
 
 stage_body() { # the work of one stage; run by `timeout` as `bash gpu.sh --stage NAME`
     case "$1" in
-    install) "$python" -m pip install --quiet --disable-pip-version-check -e ".[timm]" ;;
+    install) # a venv that sees the system's packages (a preinstalled CUDA torch is reused), else plain pip
+        if "$python" -m venv --system-site-packages "$OUT/venv"; then python=$OUT/venv/bin/python; fi
+        "$python" -m pip install --quiet --disable-pip-version-check -e ".[timm]"
+        ;;
     fabricate)
         "$python" -c "from convinit.bench.stream import fabricate_folder; \
 fabricate_folder('$DATA', $CLASSES, $PER_CLASS)"
@@ -102,7 +109,7 @@ declare -A CAP=([fabricate]=20 [audit]=60 [steps]=130 [train]=120 [stream]=50 [d
 
 run_stage() { # name cap: the stage under its cap, its status appended to the results
     local name=$1 cap=$2 start=$SECONDS status=ok
-    timeout --kill-after=5 "$cap" bash "$0" --stage "$name" >"$OUT/$name.log" 2>&1
+    timeout --kill-after=5 "$cap" bash "$SCRIPT" --stage "$name" >"$OUT/$name.log" 2>&1
     local rc=$?
     if [[ $rc -eq 124 || $rc -eq 137 ]]; then
         status="cut at its ${cap} s cap"
@@ -115,6 +122,7 @@ run_stage() { # name cap: the stage under its cap, its status appended to the re
 }
 
 summary() {
+    if [[ -x "$OUT/venv/bin/python" ]]; then python=$OUT/venv/bin/python; fi
     echo "== results ($RESULTS)"
     "$python" -m convinit.bench.gpu summary --results "$RESULTS" 2>/dev/null || cat "$RESULTS"
 }
