@@ -93,15 +93,14 @@ def audit_case(name: str, data: dict[str, str], steps: int, results: Path) -> No
     cfg, source, parts = run_config(*AUDIT_CASES[name], data)
     device = torch.device(data["device"])
     totals, batches = StepTotals(device), iter(source.train)
-    for index in range(1):  # lazy state: optimiser moments, kornia's modules
-        train_step(parts, totals, *next(batches), index)
+    train_step(parts, totals, *next(batches), 0)  # lazy state: optimiser moments, kornia's modules
     synchronize(device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if device.type == "cuda":
             torch.cuda.set_sync_debug_mode("warn")
         try:
-            for index in range(2, 2 + steps):
+            for index in range(1, 1 + steps):
                 train_step(parts, totals, *next(batches), index)
         finally:
             if device.type == "cuda":
