@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from convinit.bench.gpu import AUDIT_CASES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +35,7 @@ def run_script(out: Path, **env: str) -> tuple[subprocess.CompletedProcess, list
     return done, lines
 
 
+@pytest.mark.slow  # about 100 s on two CPU cores: every stage, toy sizes
 def test_gpu_script_runs_every_stage_in_order_on_the_cpu_path_and_prints_the_summary(tmp_path):
     done, lines = run_script(tmp_path / "out", DEVICE="cpu")
     assert done.returncode == 0, done.stdout[-3000:]
@@ -49,11 +52,10 @@ def test_gpu_script_runs_every_stage_in_order_on_the_cpu_path_and_prints_the_sum
 def test_a_failing_stage_is_marked_and_the_others_still_report(tmp_path):
     """On a machine without CUDA the CUDA stages fail; the CPU-only ones still run and report, the
     summary is printed, and the script exits 1."""
-    done, lines = run_script(tmp_path / "out", DEVICE="cuda", STAGES="steps stream ddp")
+    done, lines = run_script(tmp_path / "out", DEVICE="cuda", STAGES="stream steps")
     assert done.returncode == 1
     statuses = dict((line["name"], line["status"]) for line in lines if line["stage"] == "status")
-    assert list(statuses) == ["steps", "stream", "ddp"]  # in the script's order
-    assert statuses["stream"] == "ok"
-    assert statuses["steps"].startswith("failed") and statuses["ddp"].startswith("failed")
+    assert list(statuses) == ["steps", "stream"]  # in the script's order
+    assert statuses["steps"].startswith("failed") and statuses["stream"] == "ok"
     assert any(line["stage"] == "stream" and line["images_per_s"] > 0 for line in lines)
     assert "== stream" in done.stdout
