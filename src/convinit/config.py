@@ -27,7 +27,7 @@ from convinit.errors import ConfigError
 CHOICES = {
     "optimizer": ("adam", "adamw", "sgd"),
     "schedule": ("cosine", "constant"),
-    "precision": ("auto", "fp32", "bf16", "fp16"),
+    "precision": ("auto", "fp32", "tf32", "bf16", "fp16"),
     "subset_order": ("random", "first"),
     "on_nonfinite": ("stop", "skip"),
     "randaugment_policy": ("timm", "torchvision"),
@@ -109,10 +109,11 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False
     device: str = "auto"
-    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere; fp16 adds a GradScaler
+    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere; fp16 adds a GradScaler; tf32:
+    # fp32 with TF32 matmuls on CUDA (also used for what autocast leaves in fp32); fp32: strict IEEE fp32
     threads: int | None = None  # CPU threads of this process; null: chosen (see convinit.train.threads)
     compile: bool = False  # torch.compile the training forward/backward (checkpoints keep plain keys)
-    # torch.compile's mode; auto: max-autotune (with CUDA graphs) on CUDA, torch's default elsewhere
+    # torch.compile's mode; auto: reduce-overhead (CUDA graphs, no autotuning) on one GPU, default elsewhere
     compile_mode: str = "auto"
     channels_last: bool = False  # model and batches in channels_last memory format (faster ConvMixer convs)
     eval_batch_size: int = 1000

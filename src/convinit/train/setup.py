@@ -21,7 +21,7 @@ from convinit.data import MixupCutmix
 from convinit.errors import ConfigError
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.train.data_source import DataSource, build_data
-from convinit.train.device import autocast_dtype, memory_format
+from convinit.train.device import autocast_dtype, configure_cuda_math, memory_format
 from convinit.train.distributed import DistributedContext, barrier
 from convinit.train.loggers import Trackers
 from convinit.train.metrics import MetricsLog
@@ -74,12 +74,15 @@ def prepare_model(cfg: TrainConfig, data: DataSource, run_dir: Path, fresh: bool
     return model
 
 
-def compile_mode(cfg: TrainConfig, device: torch.device) -> str:
-    """`compile_mode=auto`: CUDA graphs on CUDA (the step reads nothing back, so they can replay it),
-    torch's default on the CPU, where max-autotune's kernel search costs minutes on a few cores."""
+def compile_mode(cfg: TrainConfig, device: torch.device, distributed: bool = False) -> str:
+    """`compile_mode=auto`: on one GPU, `reduce-overhead`: CUDA graphs replay the forward and backward
+    (the step reads nothing back, so nothing stops a replay) without max-autotune's minutes of kernel
+    search on the first step. Under DDP and on other devices torch's default: DDP splits the compiled
+    graph at its gradient buckets and all-reduces between the pieces, a combination with CUDA graphs
+    this project has not measured."""
     if cfg.compile_mode != "auto":
         return cfg.compile_mode
-    return "max-autotune" if device.type == "cuda" else "default"
+    return "reduce-overhead" if device.type == "cuda" and not distributed else "default"
 
 
 def step_parts(
@@ -90,7 +93,7 @@ def step_parts(
     net = DistributedDataParallel(model) if ddp.enabled else model  # DDP syncs weights from rank 0
     if cfg.compile:  # after DDP, so torch's DDPOptimizer splits graphs at gradient buckets; `model`
         net = torch.compile(
-            net, mode=compile_mode(cfg, device)
+            net, mode=compile_mode(cfg, device, ddp.enabled)
         )  # stays uncompiled for checkpoints, EMA, eval
     return StepParts(
         net=net,
@@ -125,7 +128,8 @@ def build_run(
         prepare_run_dir(run_dir, overwrite)
         save_config(cfg, run_dir / "config.yaml")
     barrier(ddp)
-    seed_everything(cfg.seed, cfg.deterministic)
+    seed_everything(cfg.seed, cfg.deterministic, ddp.rank)
+    configure_cuda_math(cfg, device)
     threads = set_run_threads(cfg.threads, run_dir, resume)
     data = build_data(cfg, device, ddp.rank, ddp.world_size)
     workers = getattr(data.train, "num_workers", 0)  # streamed: decoding processes share the cores
