@@ -31,7 +31,8 @@ def augmented_samples(data: DataSource, seed: int, count: int = PREVIEW_SAMPLES)
             batch = data.augment(data.train.images[picks.to(data.train.images.device)])
         else:
             dataset = data.train.dataset
-            batch = torch.stack([dataset[int(i), sample_seed(seed, 0, int(i))][0] for i in picks])
+            images = torch.stack([dataset[int(i), sample_seed(seed, 0, int(i))][0] for i in picks])  # uint8
+            batch = data.augment(images.to(data.augment.mean.device))
     mean = torch.tensor(data.mean, device=batch.device).view(1, -1, 1, 1)
     std = torch.tensor(data.std, device=batch.device).view(1, -1, 1, 1)
     return (batch * std + mean).clamp(0, 1).cpu()
