@@ -19,7 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from convinit.data.randaugment import BatchRandAugment, TorchvisionRandAugment
+from convinit.data.randaugment import BatchRandAugment
+from convinit.data.randaugment_torchvision import TorchvisionRandAugment
 
 RANDAUGMENT_POLICIES = ("timm", "torchvision")
 # timm's RandomErasing defaults, as DeiT uses them: area 2 %-33 %, aspect ratio 0.3-3.3, 10 attempts.
