@@ -183,3 +183,17 @@ def test_posterize_at_full_magnitude_gives_black_instead_of_failing():
     for seed in range(50):
         seed_sample(seed)
         transform(image)
+
+
+def test_sampled_statistics_are_the_pixel_statistics_of_the_sampled_images(imagenet_style):
+    from convinit.data.stream import sampled_statistics
+
+    def pixels(paths):
+        return np.concatenate([np.asarray(Image.open(p).convert("RGB")).reshape(-1, 3) / 255 for p in paths])
+
+    paths = folder_splits(imagenet_style).train_paths  # 60 small images: all sampled, none reduced
+    mean, std = sampled_statistics(paths, 3)
+    np.testing.assert_allclose(mean, pixels(paths).mean(0), rtol=1e-9)
+    np.testing.assert_allclose(std, pixels(paths).std(0), rtol=1e-9)
+    few, _ = sampled_statistics(paths, 3, count=6)  # every tenth image
+    np.testing.assert_allclose(few, pixels(paths[::10]).mean(0), rtol=1e-9)

@@ -25,10 +25,17 @@ from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset
 from convinit.data.datasets import dataset_options
 from convinit.data.folder import FolderSplits, folder_splits
 from convinit.data.image_files import GRAYSCALE_MODES
-from convinit.data.stream import StreamingImages, StreamLoader, StreamRecipe, choose_data_mode, decoded_bytes
+from convinit.data.stream import (
+    StreamingImages,
+    StreamLoader,
+    StreamRecipe,
+    choose_data_mode,
+    decoded_bytes,
+    sampled_statistics,
+)
 from convinit.errors import ConfigError
 
-# A folder is streamed with ImageNet's statistics: computing its own would decode every image.
+# timm's defaults (ImageNet's statistics), for `folder_statistics(..., source="imagenet")`
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 HEADER_SAMPLE = 256  # image headers read to estimate a folder's decoded size and channels
 
@@ -238,6 +245,21 @@ def stream_loaders(
     return train, test
 
 
+def folder_statistics(
+    paths: list[Path], in_chans: int, source: str = "sample"
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The mean and std a streamed folder is normalised by (the DataSource's, which export records).
+
+    `sample` (default): the folder's own, estimated from an evenly spread sample of its training images,
+    as the device-resident path uses the set's own: the same folder trains alike whichever path `auto`
+    picks, and a folder unlike ImageNet is still centred. `imagenet`: timm's defaults (DeiT's)."""
+    if source == "imagenet":
+        return (IMAGENET_MEAN, IMAGENET_STD) if in_chans == 3 else ((0.449,), (0.226,))  # timm's grey
+    if source != "sample":
+        raise ValueError(f"folder statistics come from 'sample' or 'imagenet', got {source!r}")
+    return sampled_statistics(paths, in_chans)
+
+
 def streamed_folder(
     cfg: TrainConfig,
     files: FolderSplits,
@@ -250,7 +272,7 @@ def streamed_folder(
     """A class-per-folder dataset streamed from disk, images at their own size until the crop."""
     labels = torch.tensor(files.train_labels)
     keep = stratified_subset(labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order).tolist()
-    mean, std = (IMAGENET_MEAN, IMAGENET_STD) if in_chans == 3 else ((0.449,), (0.226,))  # timm's grey
+    mean, std = folder_statistics([files.train_paths[i] for i in keep], in_chans)
     img_size = cfg.img_size or 224
     recipe = stream_recipe(cfg, img_size, mean, std, in_chans)
     train_set = StreamingImages(
