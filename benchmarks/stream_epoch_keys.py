@@ -36,6 +36,7 @@ def main() -> None:
     for repeats in (1, 3):
         loader = StreamLoader(Sized(), 512, shuffle=True, drop_last=True, repeats=repeats)
         loader.set_epoch(1)
+        loader.keys()  # imports timm's RepeatAugSampler
         keys = seconds(loader.keys)
         batches = seconds(lambda loader=loader: sum(1 for _ in loader.batch_keys()))
         print(f"repeats={repeats}: keys {keys:.2f} s, every batch of keys {batches:.2f} s per epoch")
