@@ -18,7 +18,8 @@ Two properties make a streamed run resumable exactly:
   its copies on different ranks, the epoch no longer).
 - Each sample's random augmentation is seeded by (seed, epoch, its position in the epoch), never by the
   worker that happens to load it, so a run resumed mid-epoch, or read with another number of workers,
-  sees the same crops as an uninterrupted one.
+  sees the same crops as an uninterrupted one. Random erasing, on the device, draws from the run's own
+  generator, which checkpoints save, as on the device-resident path.
 """
 
 from __future__ import annotations
