@@ -58,7 +58,7 @@ def models(quick: bool) -> list[tuple[str, str, dict]]:
         rows += [("vit_tiny_patch2_32 blend alpha 0.1", "fashion32", dict(qk_input="blend", alpha=0.1)),
                  ("vit_tiny_patch2_32 qk_input=x", "fashion32", dict(qk_input="x")),
                  ("timm VisionTransformer (Ti, patch 4)", "fashion32", {}),
-                 ("timm VisionTransformer, sin-cos P", "fashion32", dict(sincos_pos_embed=True))]  # fmt: skip
+                 ("timm VisionTransformer, sin-cos P", "fashion32", dict(learned_pos_embed="sincos"))]  # fmt: skip
     return rows
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from convinit.errors import ConfigError
 from convinit.init.closed_form import InputStatistics, SignalBasis, closed_form_factors, quadratic_factors
@@ -54,18 +55,19 @@ from convinit.init.measure import (
 )
 from convinit.init.mimetic import mimetic_value_proj
 from convinit.init.paper_optimizer import optimize_factors
+from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, prepare_positions
 from convinit.init.registry import register_scheme
 from convinit.init.running import BlockRunner
 from convinit.init.sites import (
     AttentionSlot,
     attention_slots,
-    is_timm_layout,
+    position_table,
     qk_parameters,
     rms,
-    sincos_into_pos_embed,
     write_qk,
 )
 from convinit.init.targets import Targets, layer_offsets, map_quality, smallest_gap
+from convinit.models.vit import SimpleViT
 
 REST_STD = 0.02  # noise on the Q/K columns a closed form leaves unused (exact zeros never train)
 FIT_TOKENS = 4096  # patch tokens of real images a layer is fitted on (ViT-Ti/2: 16 images; 7x7 grid: 84)
@@ -100,10 +102,17 @@ class ImpulseOptions:
     renorm_every: int = 100
     value_init: str = "default"
     held_out: float = HELD_OUT
+    learned_pos_embed: str = "scale"
+    pos_embed_scale: float = POS_EMBED_SCALE
 
     def __post_init__(self) -> None:
         check_kernel_size(self.kernel_size)
-        choices = {"solver": SOLVERS, "offsets": OFFSET_MODES, "value_init": ("default", "mimetic")}
+        choices = {
+            "solver": SOLVERS,
+            "offsets": OFFSET_MODES,
+            "value_init": ("default", "mimetic"),
+            "learned_pos_embed": POSITION_MODES,
+        }
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(
@@ -116,7 +125,7 @@ class ImpulseOptions:
             )
         if not 0.0 < self.target_mass < 1.0:
             raise ConfigError(f"impulse target_mass must be in (0, 1), got {self.target_mass!r}")
-        for key in ("max_gap", "rcond", "lr", "scale"):
+        for key in ("max_gap", "rcond", "lr", "scale", "pos_embed_scale"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"impulse {key} must be > 0, got {getattr(self, key)!r}")
         for key in ("min_snr", "content_floor"):
@@ -162,8 +171,10 @@ def impulse_init(
     it bounds the weights, 0.03), rcond (1e-3), noise (off-target logit noise, 0). Optimise: steps
     (10,000), lr (1e-4), scale (0.1), renorm_every (100). value_init "mimetic" also sets V/proj
     mimetic-style (follow-up paper: kernel_size=3, offsets="centre_first", value_init="mimetic").
-    `seed` makes offsets and optimiser starts reproducible. `sincos_pos_embed` first writes a sin-cos
-    P into a timm-layout model's pos_embed. `images`, a (B, C, H, W) batch preprocessed as for
+    `seed` makes offsets and optimiser starts reproducible. learned_pos_embed "scale" (x pos_embed_scale,
+    18) | "sincos" | "keep": what is done first to a timm or transformers model's learned position
+    table (`convinit.init.positions`; `sincos_pos_embed=True` is learned_pos_embed="sincos").
+    `images`, a (B, C, H, W) batch preprocessed as for
     evaluation: the closed form fits on the Q/K input the layers really see, and the report gains
     `real_pass` / `real_pass_held_out` (figures of real forward passes on the images fitted on / on
     the last `held_out` share of the batch, 0.25; 0 fits on all and measures only those).
@@ -171,17 +182,20 @@ def impulse_init(
     Reports per layer and head: offset, logit gap, and on the pseudo-input: target mass, argmax
     agreement, MSE against T; per layer the Q/K weight scale (rms / rms of the default init).
     """
+    if sincos_pos_embed:
+        options = {**options, "learned_pos_embed": "sincos"}
     opts = parse_options(options)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
-    if sincos_pos_embed:
-        if not is_timm_layout(model):
-            raise ConfigError("sincos_pos_embed only applies to timm-layout ViTs with a learnable pos_embed")
-        sincos_into_pos_embed(model)
-    slots = attention_slots(model, "impulse")
+    slots = attention_slots(model, "impulse")  # refuses unsupported models before any change
+    position = None
+    if position_table(model) is not None or not isinstance(model, SimpleViT):
+        position = prepare_positions(model, opts.learned_pos_embed, opts.pos_embed_scale)
+        slots = attention_slots(model, "impulse")  # the pseudo-inputs of the prepared table
     if slots[0].free is None and slots[0].seen is None:
         raise ConfigError(
-            "impulse init needs position information in the attention input, but this model has "
-            "qk_input='x' and pos_embed='none'; use pos_embed: input or qk_input: blend"
+            "impulse init needs position information in the attention input, but this model has none "
+            "(convinit: qk_input='x' with pos_embed='none', use pos_embed: input or qk_input: blend; timm: "
+            "pos_embed='none', build it with pos_embed='learn')"
         )
     shared = None  # share_offsets: one draw (random) or the order restarted (centre_first) in every layer
     if opts.share_offsets:
@@ -208,6 +222,8 @@ def impulse_init(
         if runner is not None:
             runner.close()
     report = summarise(layers, slots[0], opts)
+    if position is not None:
+        report["position"] = position
     if images is not None:
         report.update(real_pass_reports(slots[0], on_fitted, measured, on_held, len(held)))
     return report
@@ -344,14 +360,47 @@ def fit_slot(
         q = (x[..., None, :, :] @ wq[heads]) * slot.scale
         return q @ (x[..., None, :, :] @ wk[heads]).transpose(-2, -1)
 
+    if slot.qk_norms:
+        gaps = fit_qk_norm_gain(slot, x, fill_unused(wq, wk, rank, generator), targets, opts)
+        write_qk(slot, wq, wk)
+        return gaps
     gaps = layer_gaps(unit_logits, targets, opts, cache, key)
     root = gaps.sqrt()[:, None, None]
-    wq, wk = wq * root, wk * root
-    if rank < slot.dim_head:  # unused columns would be stuck at 0 (zero gradient): small noise
-        for w in (wq, wk):
-            w[..., rank:] = torch.randn(w[..., rank:].shape, generator=generator, dtype=w.dtype) * REST_STD
+    wq, wk = fill_unused(wq * root, wk * root, rank, generator)
     write_qk(slot, wq, wk)
     return gaps
+
+
+def fill_unused(
+    wq: torch.Tensor, wk: torch.Tensor, rank: int, generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Columns beyond the fitted rank would be stuck at 0 (zero gradient): small noise there."""
+    for w in (wq, wk):
+        w[..., rank:] = torch.randn(w[..., rank:].shape, generator=generator, dtype=w.dtype) * REST_STD
+    return wq, wk
+
+
+def fit_qk_norm_gain(
+    slot: AttentionSlot, x: torch.Tensor, factors: tuple, targets: Targets, opts
+) -> torch.Tensor:
+    """timm's qk_norm: the logits are LN(q) . LN(k) * scale whatever the size of Wq, Wk, and their size
+    comes from the norms' gains, one per layer (the norms are shared by the heads). The fitted
+    directions set the pattern; the gain is the median over heads of the gap each head needs,
+    written into both norms' weights (its square root each; biases 0). Returns the gap per head."""
+    wq, wk = factors
+    eps = float(getattr(slot.qk_norms[0], "eps", 1e-6))
+
+    def normed(w: torch.Tensor) -> torch.Tensor:  # (..., H, N, d)
+        return F.layer_norm(x[..., None, :, :] @ w, (slot.dim_head,), eps=eps)
+
+    unit = normed(wq) @ normed(wk).transpose(-2, -1) * slot.scale
+    gap = float(smallest_gap(unit, targets, opts.target_mass, opts.max_gap).median())
+    with torch.no_grad():
+        for norm in slot.qk_norms:
+            norm.weight.fill_(math.sqrt(gap))
+            if getattr(norm, "bias", None) is not None:
+                norm.bias.zero_()
+    return torch.full((slot.heads,), gap, dtype=torch.float64)
 
 
 def fit_free(

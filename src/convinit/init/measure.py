@@ -83,12 +83,16 @@ def layer_maps(slot: AttentionSlot, x: torch.Tensor | None) -> torch.Tensor:
             qk = qk + bias.to(x)
         batch, tokens, _ = qk.shape
         q, k = qk.reshape(batch, tokens, 2, slot.heads, slot.dim_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
+        if slot.qk_norms:  # timm's qk_norm
+            q_norm, k_norm = slot.qk_norms
+            q, k = q_norm(q.to(q_norm.weight)).to(q), k_norm(k.to(k_norm.weight)).to(k)
         return torch.softmax(q @ k.transpose(-2, -1) * slot.scale, dim=-1)
 
 
 def map_statistics(maps: torch.Tensor, targets: Targets | None, grid) -> dict[str, list[float]]:
     """Per head, averaged over images and patch rows: target mass, argmax agreement (rows whose target
-    is inside the grid), row entropy / log(keys), mean attention distance in patches (patch keys).
+    is inside the grid), row entropy / log(keys), mean attention distance in patches (patch keys);
+    with prefix tokens, the mass patch rows put on them and the entropy of their own rows.
 
     maps (B, H, T, T): the last N = rows * cols tokens are the patches, any before them prefix tokens.
     """
@@ -101,6 +105,14 @@ def map_statistics(maps: torch.Tensor, targets: Targets | None, grid) -> dict[st
         "entropy": entropy.mean(dim=(0, 2)).tolist(),
         "distance": (rows[..., -patches:] * distance).sum(-1).mean(dim=(0, 2)).tolist(),
     }
+    prefix = maps.shape[-1] - patches
+    if prefix:  # class / register / distillation tokens: what patches give them, what they look at
+        prefix_rows = maps[..., :prefix, :]  # (B, H, P, T)
+        prefix_entropy = -(prefix_rows * prefix_rows.clamp_min(1e-30).log()).sum(-1) / math.log(
+            maps.shape[-1]
+        )
+        stats["prefix_key_mass"] = rows[..., :prefix].sum(-1).mean(dim=(0, 2)).tolist()
+        stats["prefix_row_entropy"] = prefix_entropy.mean(dim=(0, 2)).tolist()
     if targets is not None:
         keys = (targets.keys + (maps.shape[-1] - patches)).to(maps.device)  # (H, N) token of each target
         inside = targets.inside.to(maps)
