@@ -100,7 +100,10 @@ def model_maps(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
         for handle in handles:
             handle.remove()
         return maps
-    model.set_attn_implementation("eager")
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("eager")
+    else:  # older transformers
+        model.config._attn_implementation = "eager"
     with torch.no_grad():
         return list(model(pixel_values=images, output_attentions=True).attentions)
 
