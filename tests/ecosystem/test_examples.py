@@ -32,7 +32,7 @@ def test_custom_model_example_initialises_a_timm_vit():
     assert "argmax agreement with the target convolution: 1.000" in result.stdout
 
 
-@pytest.mark.slow  # two ViT-Ti fits and the transformers import in a subprocess: about a minute on 2 busy cores
+@pytest.mark.slow  # two ViT-Ti fits and the transformers import in a subprocess: a minute, busy cores
 def test_own_vit_example_initialises_timm_and_transformers_vits_on_real_images():
     pytest.importorskip("timm")
     pytest.importorskip("transformers")
