@@ -212,3 +212,13 @@ def test_rows_that_fail_in_child_processes_are_recorded_with_the_childs_message(
     assert all(what.startswith("failed: dataset 'fashion-mnist'") for what in outcome.values()), outcome
     reason = json.loads((tmp_path / "out" / "adamw" / "seed0" / "failed.json").read_text())["reason"]
     assert reason.startswith(f"dataset 'fashion-mnist': {tmp_path / 'nowhere'} does not exist")
+
+
+def test_grid_children_share_the_cores_unless_the_user_set_a_thread_count(monkeypatch):
+    from convinit.experiments.runner import child_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
+    assert child_threads(2)["OMP_NUM_THREADS"] == "4" and child_threads(16)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert child_threads(2)["OMP_NUM_THREADS"] == "3"

@@ -114,11 +114,22 @@ def die_with_parent(parent: int) -> Callable[[], None]:
     return set_death_signal
 
 
-def child_process(command: list[str]) -> subprocess.Popen:
+def child_threads(jobs: int) -> dict[str, str]:
+    """The environment of a child of a `jobs`-wide grid: its share of the cores as torch's thread count
+    (OMP_NUM_THREADS), unless the user set one; each child would otherwise take every core."""
+    env = dict(os.environ)
+    if "OMP_NUM_THREADS" not in env:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        env["OMP_NUM_THREADS"] = str(max(1, cores // jobs))
+    return env
+
+
+def child_process(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     """A child in its own session (the terminal's Ctrl-C reaches the grid, which stops it) that dies
     with its parent (PR_SET_PDEATHSIG), so no child outlives a killed grid."""
     return subprocess.Popen(
         command,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -143,7 +154,7 @@ def run_in_subprocesses(todo: list[Path], jobs: int) -> dict[str, str]:
 
     def launch(run_dir: Path) -> tuple[str, str]:
         started = start_outcome(run_dir)
-        child = child_process(subprocess_command(run_dir))
+        child = child_process(subprocess_command(run_dir), child_threads(jobs))
         children.append(child)
         _, err = child.communicate()
         if child.returncode == 0:
