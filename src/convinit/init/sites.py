@@ -1,9 +1,12 @@
 """Where attention lives in a model: each attention layer as an `AttentionSlot` the init schemes write into.
 
-Supported: convinit SimpleViTs (`simplevit`, `vit_tiny_patch2_32`, any qk_input) and timm-layout ViTs
-(timm `VisionTransformer`, convinit `deit`): fused `blocks[i].attn.qkv`, learnable `pos_embed`. A slot
-also knows how to read, from a forward pass, the Q/K input its layer really sees (`qk_input_of`), so
-that schemes can fit and measure maps on real images (`convinit.init.measure`).
+Supported (`SUPPORTED`): convinit SimpleViTs (`simplevit`, `vit_tiny_patch2_32`, any qk_input),
+timm-layout ViTs (timm `VisionTransformer` and `VisionTransformerDistilled`, Eva without RoPE, convinit
+`deit`: fused `blocks[i].attn.qkv`, `pos_embed` or none, prefix tokens first, optional qk_norm) and
+transformers `ViTModel` / `ViTForImageClassification` (`convinit.init.hf_sites`). A slot also knows
+its block (run one at a time by `convinit.init.running`) and how to read the Q/K input its layer
+really sees (`AttentionSlot.qk_input_of`), so that schemes can fit and measure maps on real images
+(`convinit.init.measure`). `PositionTable` is a timm or transformers model's position embedding.
 """
 
 from __future__ import annotations
