@@ -33,6 +33,7 @@ from convinit.train.run_dir import prepare_run_dir, refuse_if_all_damaged
 from convinit.train.state import TrainState
 from convinit.train.step import DeviceEMA, StepParts, StepTotals
 from convinit.train.teacher import load_teacher
+from convinit.train.track_log import TrackLog
 
 TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
 
@@ -69,6 +70,8 @@ def prepare_model(cfg: TrainConfig, data: DataSource, run_dir: Path, fresh: bool
         model.init_report = report
         if is_main:
             atomic_write_text(run_dir / "init_report.json", json.dumps(report, indent=1, default=str))
+    elif (run_dir / "init_report.json").is_file():  # trackers compare with the init's targets
+        model.init_report = json.loads((run_dir / "init_report.json").read_text())
     return model
 
 
@@ -153,6 +156,7 @@ def build_run(
         restore(run, checkpoint)
     elif ddp.is_main:
         run.log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
+        TrackLog(run_dir).truncate_after(-1)
         run.trackers.log_init(model.init_report)
         save_augmentation_preview(data, cfg.seed, run_dir / "augmentations.png")
     return run
@@ -183,3 +187,4 @@ def restore(run: Run, checkpoint: Path) -> None:
         run.state.load_state_dict(state)
     if run.ddp.is_main:
         run.log.truncate_after(run.state.epoch)
+        TrackLog(run.run_dir).truncate_after(run.state.epoch * run.steps_per_epoch + run.state.step)
