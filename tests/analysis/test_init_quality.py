@@ -97,7 +97,12 @@ def test_convmixer_is_refused_in_one_line():
 
 
 def test_trainer_tracks_every_n_steps_without_changing_the_run(tmp_path, tiny_overrides):
-    overrides = tiny_overrides + ["epochs=1", "init=impulse", "model_args.qk_input=blend", "deterministic=true"]
+    overrides = tiny_overrides + [
+        "epochs=1",
+        "init=impulse",
+        "model_args.qk_input=blend",
+        "deterministic=true",
+    ]
     plain = train(resolve_config(None, overrides), run_dir=tmp_path / "plain", progress=False)
     tracked_cfg = resolve_config(None, overrides + ["track=[init_quality]", "track_every=4"])
     tracked = train(tracked_cfg, run_dir=tmp_path / "tracked", progress=False)

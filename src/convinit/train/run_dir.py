@@ -18,6 +18,7 @@ RUN_FILES = (
     "metrics.jsonl",
     "metrics.csv",
     "track.jsonl",
+    "provenance.json",
     "finished.json",
     "init_report.json",
     "failed.json",

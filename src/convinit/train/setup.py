@@ -19,6 +19,7 @@ from convinit.atomic import atomic_write_text
 from convinit.config import TrainConfig, save_config
 from convinit.data import MixupCutmix
 from convinit.errors import ConfigError
+from convinit.provenance import provenance
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.train.data_source import DataSource, build_data
 from convinit.train.device import autocast_dtype, memory_format
@@ -125,6 +126,7 @@ def build_run(
     if not resume and ddp.is_main:
         prepare_run_dir(run_dir, overwrite)
         save_config(cfg, run_dir / "config.yaml")
+        atomic_write_text(run_dir / "provenance.json", json.dumps(provenance(), indent=1))
     barrier(ddp)
     seed_everything(cfg.seed, cfg.deterministic)
     data = build_data(cfg, device, ddp.rank, ddp.world_size)

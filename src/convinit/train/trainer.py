@@ -125,7 +125,7 @@ def train_owned(
     if ddp.is_main and progress:
         print(f"data: {run.data.mode} ({run.data.reason})", file=sys.stderr)
     if run.checkpoint is None and ddp.is_main and cfg.eval_every:
-        run.log.append({"epoch": 0, **evaluation_row(run)})  # the model at initialisation
+        run.log.append({"epoch": 0, "step": 0, **evaluation_row(run)})  # the model at initialisation
     total = cfg.epochs * run.steps_per_epoch
     done = run.state.epoch * run.steps_per_epoch + run.state.step
     bar = tqdm(
@@ -248,6 +248,7 @@ def end_epoch(run: Run, epoch: int, stop: dict[str, int | None]) -> None:
         )
     row = {
         "epoch": epoch + 1,
+        "step": (epoch + 1) * run.steps_per_epoch,
         "train_loss": loss / seen,
         "train_acc": 100.0 * correct / seen,
         "lr": run.parts.optimizer.param_groups[0]["lr"],
