@@ -54,14 +54,17 @@ class AttentionSlot:
     real_input: str = ""  # what the Q/K projection sees on real images, in words
     content: float = 1.0  # share of image content in the Q/K input (blend: alpha), for fits without images
     position_share: float = 1.0  # share of position in it (blend: 1 - alpha)
+    block: nn.Module | None = None  # the block holding the layer, run one at a time by `BlockRunner`
+    separate_qk_input: bool = False  # the attention takes its Q/K input apart (SimpleViT's `qk_input`)
 
-
-def qk_input_of(args: tuple, kwargs: dict) -> torch.Tensor:
-    """The Q/K input of an attention call: `qk_input` when given (blend models), else the layer's input x."""
-    qk = kwargs.get("qk_input")
-    if qk is None and len(args) > 1:
-        qk = args[1]
-    return args[0] if qk is None else qk
+    def qk_input_of(self, args: tuple, kwargs: dict) -> torch.Tensor:
+        """The Q/K input of a call of `module`: `qk_input` when given (blend models), else its input."""
+        qk = None
+        if self.separate_qk_input:
+            qk = kwargs.get("qk_input", args[1] if len(args) > 1 else None)
+        if qk is not None:
+            return qk
+        return args[0] if args else next(iter(kwargs.values()))
 
 
 def is_timm_layout(model: nn.Module) -> bool:
@@ -112,6 +115,8 @@ def simplevit_slots(model: SimpleViT) -> list[AttentionSlot]:
             out_weight=attn.to_out.weight,
             default_rms=(3 * attn.to_v.in_features) ** -0.5,  # nn.Linear's U(+-1/sqrt(D))
             module=attn,
+            block=block,
+            separate_qk_input=True,
         )
         if isinstance(attn, FreeAttention):
             slot.free = attn
@@ -173,6 +178,7 @@ def timm_slots(model: nn.Module) -> list[AttentionSlot]:
                 seen_note="LN(P) = norm1(patch rows of pos_embed): a proxy, the layer sees norm1(x + pos)",
                 default_rms=0.02,  # timm's trunc-normal init of qkv
                 module=attn,
+                block=block,
                 real_input="norm1(x + pos_embed)",
             )
         )
