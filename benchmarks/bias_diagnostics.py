@@ -67,6 +67,7 @@ def logit_sources(model, images: torch.Tensor, offsets) -> list[dict[str, float]
         wq = slot.q_weight.double().reshape(heads, d, -1)  # (H, d, D)
         wk = slot.k_weight.double().reshape(heads, d, -1)
 
+        u = u.double()
         p = position.expand_as(u)
         full, pp = qk_logits(u, wq, wk, slot.scale), qk_logits(p, wq, wk, slot.scale)
         maps = torch.softmax(pp[:1], dim=-1)[0]  # (H, N, N), the same for every image

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from convinit.config import resolve_config, save_config
+from convinit.errors import ConfigError
 from convinit.experiments.paired import paired_difference
 from convinit.experiments.report import find_runs, summarise, write_report
 
@@ -68,3 +69,17 @@ def test_seeds_of_one_setting_share_a_row_and_are_paired_with_the_first_row(tmp_
     report = write_report(tmp_path).read_text()
     assert "| impulse | 3 | 73.50 +- 0.50 | reference | 0.80 / 0.50 |" in report
     assert (tmp_path / "bias.png").stat().st_size > 0
+
+
+def test_reference_row_comes_first_and_an_unknown_one_is_refused_naming_the_rows(tmp_path):
+    for seed in (0, 1):
+        fake_run(tmp_path / "impulse" / f"seed{seed}", [f"seed={seed}", "init=impulse"], 73.0 + seed)
+        fake_run(tmp_path / "random" / f"seed{seed}", [f"seed={seed}", "init=random"], 70.0 + 2 * seed)
+    rows = summarise(find_runs(tmp_path), reference="random")
+    assert [r["method"] for r in rows] == ["random", "impulse"] and rows[1]["vs_first_row"].startswith(
+        "+2.50"
+    )
+    with pytest.raises(
+        ConfigError, match="'mimetic' is not a row of this report; its rows: 'impulse', 'random'"
+    ):
+        write_report(tmp_path, reference="mimetic")

@@ -171,15 +171,28 @@ def group_runs(records: list[RunRecord]) -> list[tuple[str, list[RunRecord]]]:
     return named
 
 
-def summarise(records: list[RunRecord]) -> list[dict[str, Any]]:
-    """One table row per configuration (`group_runs`), in first-seen order."""
-    rows, reference = [], None
-    for label, group in group_runs(records):
+def ordered_groups(records: list[RunRecord], reference: str | None) -> list[tuple[str, list[RunRecord]]]:
+    """`group_runs`, with the `reference` row first; ConfigError naming the rows if there is none."""
+    groups = group_runs(records)
+    if reference is None:
+        return groups
+    first = [g for g in groups if g[0] == reference]
+    if not first:
+        names = ", ".join(repr(label) for label, _ in groups)
+        raise ConfigError(f"--reference {reference!r} is not a row of this report; its rows: {names}")
+    return first + [g for g in groups if g[0] != reference]
+
+
+def summarise(records: list[RunRecord], reference: str | None = None) -> list[dict[str, Any]]:
+    """One table row per configuration (`group_runs`), in first-seen order or `reference` first; each
+    row's paired difference is against the first row."""
+    rows, reference_accs = [], None
+    for label, group in ordered_groups(records, reference):
         by_seed = {r.seed: r.final_accuracy for r in group if r.final_accuracy is not None}
         accs = list(by_seed.values())
         last = [r.metrics[-1] for r in group]
-        reference = by_seed if reference is None else reference
-        paired = paired_difference(by_seed, reference) if rows else None
+        reference_accs = by_seed if reference_accs is None else reference_accs
+        paired = paired_difference(by_seed, reference_accs) if rows else None
         row = {
             "method": label,
             "seeds": len(accs),
@@ -353,15 +366,19 @@ def plot_bias(records: list[RunRecord], path: Path) -> bool:
     return True
 
 
-def write_report(root: str | Path, out: str | Path | None = None, title: str | None = None) -> Path:
-    """Write report.md, results.csv and plots for the runs under `root`; returns the report path."""
+def write_report(
+    root: str | Path, out: str | Path | None = None, title: str | None = None, reference: str | None = None
+) -> Path:
+    """Write report.md, results.csv and plots for the runs under `root`; returns the report path.
+
+    reference: the row (label) the others are paired with, shown first (default: the first row)."""
     root = Path(root)
     records, failures = find_runs(root), find_failed(root)
     if not records and not failures:
         raise ConfigError(f"{root} holds no finished runs (folders with config.yaml and finished.json)")
     out = Path(out) if out else root
     out.mkdir(parents=True, exist_ok=True)
-    rows = summarise(records)
+    rows = summarise(records, reference)
     if rows:
         table = io.StringIO(newline="")
         writer = csv.DictWriter(table, fieldnames=list(rows[0]))
