@@ -250,6 +250,18 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def save_plot(fig, ax, path: Path, legend_size: int = 8) -> None:
+    """Grid, legend and an atomic PNG write; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    with atomic_writer(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
+    plt.close(fig)
+
+
 def plot_curves(records: list[RunRecord], path: Path) -> None:
     import matplotlib
 
@@ -267,12 +279,7 @@ def plot_curves(records: list[RunRecord], path: Path) -> None:
         ax.plot(epochs, [statistics.fmean(by_epoch[e]) for e in epochs], marker=".", label=label)
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_writer(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=120)
-    plt.close(fig)
+    save_plot(fig, ax, path, legend_size=8)
 
 
 def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_x: bool = False) -> bool:
@@ -299,12 +306,7 @@ def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("final test accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_writer(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=120)
-    plt.close(fig)
+    save_plot(fig, ax, path, legend_size=8)
     return True
 
 
@@ -357,12 +359,7 @@ def plot_bias(records: list[RunRecord], path: Path) -> bool:
     ax.set_xlabel("training step")
     ax.set_ylabel("attention mass (solid: target, dashed: best offset)")
     ax.set_ylim(0, 1)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_writer(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=120)
-    plt.close(fig)
+    save_plot(fig, ax, path, legend_size=7)
     return True
 
 
