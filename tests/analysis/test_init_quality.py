@@ -104,7 +104,9 @@ def test_trainer_tracks_every_n_steps_without_changing_the_run(tmp_path, tiny_ov
         "deterministic=true",
     ]
     plain = train(resolve_config(None, overrides), run_dir=tmp_path / "plain", progress=False)
-    tracked_cfg = resolve_config(None, overrides + ["track=[init_quality]", "track_every=4"])
+    tracked_cfg = resolve_config(
+        None, overrides + ["track=[init_quality]", "track_every=4", "logger=[csv,tensorboard]"]
+    )
     tracked = train(tracked_cfg, run_dir=tmp_path / "tracked", progress=False)
     rows = [json.loads(line) for line in (tracked.run_dir / "track.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [4, 8]  # 10 steps; the evaluations give steps 0 and 10
@@ -112,3 +114,9 @@ def test_trainer_tracks_every_n_steps_without_changing_the_run(tmp_path, tiny_ov
     assert first["epoch"] == 0 and "init_quality/target_mass" in first and "init_quality/entropy" in last
     for name, tensor in plain.model.state_dict().items():
         assert torch.equal(tensor, tracked.model.state_dict()[name]), name
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tracked.run_dir / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("epoch/init_quality/target_mass")] == [0, 1]
+    assert [e.step for e in events.Scalars("step/init_quality/L0/entropy")] == [4, 8]

@@ -125,7 +125,9 @@ def train_owned(
     if ddp.is_main and progress:
         print(f"data: {run.data.mode} ({run.data.reason})", file=sys.stderr)
     if run.checkpoint is None and ddp.is_main and cfg.eval_every:
-        run.log.append({"epoch": 0, "step": 0, **evaluation_row(run)})  # the model at initialisation
+        row = {"epoch": 0, "step": 0, **evaluation_row(run)}  # the model at initialisation
+        run.log.append(row)
+        run.trackers.log_epoch(0, row)
     total = cfg.epochs * run.steps_per_epoch
     done = run.state.epoch * run.steps_per_epoch + run.state.step
     bar = tqdm(
