@@ -76,7 +76,8 @@ def logit_sources(model, images: torch.Tensor, offsets) -> list[dict[str, float]
         weight = (rms(slot.q_weight) + rms(slot.k_weight)) / 2 / default
         out.append(
             {"position logits std": float(pp.std()), "content logits std": float((full - pp).std()),
-             "position-only mass": float(mass), "Q/K rms / default": weight}
+             "position-only mass": float(mass), "Q/K rms / default": weight,
+             "LN gain rms": rms(model.blocks[slot.layer].norm.weight)}
         )  # fmt: skip
     return out
 

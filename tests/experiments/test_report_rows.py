@@ -67,7 +67,7 @@ def test_seeds_of_one_setting_share_a_row_and_are_paired_with_the_first_row(tmp_
         0.5
     )
     report = write_report(tmp_path).read_text()
-    assert "| impulse | 3 | 73.50 +- 0.50 | reference | 0.80 / 0.50 |" in report
+    assert "| impulse | 3 | 73.50 +- 0.50 | reference | 0.80 / 0.50 | - | - |" in report
     assert (tmp_path / "bias.png").stat().st_size > 0
 
 

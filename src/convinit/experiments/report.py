@@ -34,7 +34,8 @@ NOT_THE_EXPERIMENT = {
     "seed", "data_dir", "download", "logger", "log_every", "track", "track_every", "eval_every",
     "eval_batch_size", "workers",
 }  # fmt: skip
-BIAS_KEYS = ("init_quality/target_mass", "init_quality/best_offset_mass")
+BIAS_KEYS = ("init_quality/target_mass", "init_quality/best_offset_mass")  # plotted through training
+TRACKED_KEYS = (*BIAS_KEYS, "init_quality/entropy")  # tabulated at step 0 and at the end
 
 
 @dataclass
@@ -205,7 +206,7 @@ def summarise(records: list[RunRecord], reference: str | None = None) -> list[di
             "seconds": sum(row.get("seconds", 0.0) for r in group for row in r.metrics) / len(group),
             "images_per_s": statistics.fmean([row.get("images_per_s", 0.0) for row in last]),
         }
-        for key in BIAS_KEYS:
+        for key in TRACKED_KEYS:
             name = key.split("/")[-1]
             for index, when in enumerate(("step0", "end")):
                 values = [r.bias(key)[index] for r in group if r.bias(key)[index] is not None]
@@ -236,15 +237,15 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     head = "| method | seeds | final test acc (%) | vs first row (points, 95 % CI) |"
     rule = "| --- | ---: | ---: | ---: |"
     if bias:
-        head += " target mass, step 0 / end | best-offset mass, step 0 / end |"
-        rule += " ---: | ---: |"
+        head += " target mass, step 0 / end | best-offset mass, step 0 / end | entropy, step 0 / end |"
+        rule += " ---: | ---: | ---: |"
     lines = [head + " paper (%) | epochs | s / run | images/s |", rule + " ---: | ---: | ---: | ---: |"]
     for index, row in enumerate(rows):
         paper = f"{row['paper']:.1f}" if isinstance(row["paper"], (int, float)) else "-"
         versus = "reference" if index == 0 else row["vs_first_row"] or "no shared seed"
         cells = [row["method"], str(row["seeds"]), format_accuracy(row), versus]
         if bias:
-            cells += [step0_and_end(row, "target_mass"), step0_and_end(row, "best_offset_mass")]
+            cells += [step0_and_end(row, name) for name in ("target_mass", "best_offset_mass", "entropy")]
         cells += [paper, str(row["epochs"]), f"{row['seconds']:.0f}", f"{row['images_per_s']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -313,8 +314,9 @@ def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_
 BIAS_NOTE = (
     "Convolutional bias (`track=[init_quality]`, real forward passes of 64 held-apart test images): target "
     "mass is the attention on each head's impulse-init offset, best-offset mass the attention on the single "
-    "offset of a 5 x 5 kernel that gets the most, per head; means over layers, heads and seeds, at step 0 "
-    "and after the last step. The plot follows them through training (solid: target, dashed: best offset)."
+    "offset of a 5 x 5 kernel that gets the most, per head; entropy the row entropy / log(keys) (1: "
+    "uniform, 0: one-hot); means over layers, heads and seeds, at step 0 and after the last step. The plot "
+    "follows the masses through training (solid: target, dashed: best offset)."
 )
 
 
