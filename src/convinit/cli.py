@@ -182,7 +182,7 @@ def grid_exit_code(outcome: dict[str, str]) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from convinit.experiments.report import write_report
 
-    print(f"report: {write_report(args.run_dir, args.out)}")
+    print(f"report: {write_report(args.run_dir, args.out, reference=args.reference)}")
     return 0
 
 
@@ -354,6 +354,9 @@ def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
     report = sub.add_parser("report", help="paper-style table, CSV and plots for a directory of runs")
     report.add_argument("run_dir", type=Path, metavar="DIR")
     report.add_argument("--out", type=Path, help="where to write (default: DIR)")
+    report.add_argument(
+        "--reference", metavar="ROW", help="the row others are paired with, shown first (default: the first)"
+    )
     report.set_defaults(func=cmd_report)
 
     efficiency = sub.add_parser("efficiency", parents=[launch], help="accuracy vs number of training images")

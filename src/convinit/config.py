@@ -102,8 +102,9 @@ class TrainConfig:
     random_erasing: float = 0.0
     mixup: float = 0.0
     cutmix: float = 0.0
-    # analysis trackers evaluated at each epoch end (see convinit.analysis)
+    # analysis trackers evaluated at each evaluation (see convinit.analysis)
     track: list[str] = field(default_factory=list)
+    track_every: int = 100  # and every N steps between them, into track.jsonl (0: at evaluations only)
     # experiment trackers beside metrics.jsonl/csv: tensorboard, wandb (see convinit.train.loggers)
     logger: list[str] = field(default_factory=lambda: ["csv"])
     # run
@@ -329,8 +330,9 @@ def check_values(cfg: TrainConfig) -> None:
             raise ConfigError(f"config key {key!r} must not be negative, got {getattr(cfg, key)}")
     if not 0 <= cfg.distill_weight <= 1:
         raise ConfigError(f"config key 'distill_weight' must be in [0, 1], got {cfg.distill_weight}")
-    if cfg.eval_every < 0:
-        raise ConfigError(f"config key 'eval_every' must be 0 or more, got {cfg.eval_every}")
+    for key in ("eval_every", "track_every"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(f"config key {key!r} must be 0 or more, got {getattr(cfg, key)}")
     unit = ["label_smoothing", "random_erasing", "ema_decay"]
     for key in unit:
         value = getattr(cfg, key)

@@ -21,9 +21,10 @@ def test_deit_preset_is_deits_pipeline_on_timms_scale():
     assert (cfg.resized_crop_scale, cfg.random_erasing) == (0.08, 0.25)
 
 
-def test_paper1_augmented_recipe_is_torchvisions_randaugment_2_14():
+def test_paper1_augmented_recipe_is_the_official_scripts_resized_crop_flip_and_randaugment_2_14():
     cfg = resolve_config("paper1/recipe_aug", [])
     assert (cfg.randaugment_policy, cfg.randaugment_n, cfg.randaugment_m) == ("torchvision", 2, 14)
+    assert (cfg.resized_crop_scale, cfg.crop_padding, cfg.hflip) == (0.08, 0, True)
 
 
 @pytest.mark.parametrize(

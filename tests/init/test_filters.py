@@ -110,3 +110,14 @@ def test_bad_filter_arguments_are_config_errors():
         gaussian_filter(3, 0.0)
     with pytest.raises(ConfigError, match="unknown filter kind"):
         filter_bank("sobel", 3, 4)
+
+
+def test_random_assignment_draws_each_channels_filter_uniformly_with_replacement():
+    gen = torch.Generator().manual_seed(0)
+    assigned = assign_heads(4096, 8, "random", gen)
+    counts = torch.bincount(assigned, minlength=8)
+    assert assigned.min() >= 0 and assigned.max() < 8
+    assert (counts - 512).abs().max() < 120  # binomial(4096, 1/8): sd 21
+    assert not torch.equal(assigned, assign_heads(4096, 8))  # not the balanced c mod heads
+    with pytest.raises(ConfigError, match="'sorted'"):
+        assign_heads(4, 2, "sorted")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
+import pytest
 import torch
 import torch.nn as nn
 import torch.optim as optim
@@ -84,3 +86,21 @@ def test_every_column_is_renormalised_to_the_initial_mean_column_norm_of_q():
     # one Adam step after the renormalisation at step 0 moves each column by at most ~lr * sqrt(rows)
     assert torch.allclose(wq.norm(dim=1), torch.full((2, 4), float(nq)), atol=1e-3)
     assert torch.allclose(wk.transpose(1, 2).norm(dim=1), torch.full((2, 12), float(nq)), atol=1e-3)
+
+
+def test_a_model_at_paper_1s_attention_scale_takes_the_official_weights_unscaled_and_others_are_warned():
+    def model(scale):
+        sizes = dict(img_size=6, in_chans=1, patch_size=1, dim=32, depth=1, heads=2, dim_head=8, mlp_dim=16)
+        return create_model("simplevit", **sizes, qk_input="blend", alpha=0.0, attn_scale=scale)
+
+    paper = model(0.1)
+    torch.manual_seed(42)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no rescaling warning at scale 0.1
+        initialize(paper, "impulse", solver="optimize", steps=50, renorm_every=100, kernel_size=5)
+    torch.manual_seed(42)
+    wq, _ = official_impulse_init(2, 6, 8, 5, 0.1, paper.pos_embedding, norm=100, num_epoch=50)
+    qk = paper.blocks[0].attn.to_qk.weight.detach()
+    assert torch.allclose(qk[:16], wq.permute(0, 2, 1).reshape(16, 32), atol=1e-6)
+    with pytest.warns(UserWarning, match="model_args.attn_scale=0.1"):
+        initialize(model(None), "impulse", solver="optimize", steps=5, kernel_size=5)

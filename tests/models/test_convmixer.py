@@ -156,3 +156,20 @@ def test_softmax_mode_convolves_with_the_softmax_of_its_weights_over_the_taps():
 def test_unknown_block_is_a_config_error():
     with pytest.raises(ConfigError, match="block must be one of standard, paper1"):
         small("impulse", block="official")
+
+
+def test_token_mixing_bias_starts_uniform_within_one_over_channels_as_the_official_code():
+    torch.manual_seed(0)
+    bias = TokenMixing(400, (4, 4), 8, full=False, scale=1.0).bias
+    assert bias.abs().max() <= 1 / 400 and bias.std() > 1 / 400 / 3  # U(+-1/C): sd (1/C)/sqrt(3)
+
+
+def test_paper1_presets_assign_filters_to_channels_at_random_with_replacement():
+    from convinit.config import resolve_config
+
+    for preset in ("paper1/fig4_convmixer_small", "paper1/table6_convmixer_gaussian_small"):
+        assert resolve_config(preset, []).model_args["filter_assignment"] == "random"
+    torch.manual_seed(0)
+    layer = small("impulse", filter_heads=3, filter_assignment="random").spatial_layers()[0]
+    filters = layer.weight.flatten(1)  # (C, k*k): 12 channels drawn from 3 distinct filters
+    assert len({tuple(f.tolist()) for f in filters}) <= 3

@@ -36,4 +36,4 @@ def get_tracker(name: str) -> Tracker:
     return _TRACKERS[name]
 
 
-from convinit.analysis import gates, locality  # noqa: E402,F401  (register the gates and nonlocality trackers)
+from convinit.analysis import gates, init_quality, locality  # noqa: E402,F401  (register the trackers)

@@ -1,8 +1,13 @@
 """Turn any directory of runs into a paper-style table (Markdown and CSV) with plots.
 
-Final-epoch test accuracy (never the best epoch), mean +- std over seeds, the paper's number beside
-ours where the experiment preset has one. Every row lists the runs it aggregates with their config,
-seed, convinit version and git commit.
+A row is one configuration: runs are grouped by their label and by every config key but the seed
+(and keys that do not change what is trained: where data lives, logging, tracking), so a row never
+averages different settings; runs that share a label but not a config become separate rows named by
+what differs. Per row: final-epoch test accuracy (never the best epoch), mean +- std over seeds; the
+paired per-seed difference against the first row with its 95 % interval (`convinit.experiments.paired`);
+the attention's convolutional bias at step 0 and at the end (`track=[init_quality]`); the paper's
+number where the experiment preset has one; the runs it aggregates with seed, convinit version and
+git commit.
 """
 
 from __future__ import annotations
@@ -20,7 +25,17 @@ from convinit.analysis.init_summary import init_markdown, init_rows
 from convinit.atomic import atomic_write_text, atomic_writer
 from convinit.config import load_config
 from convinit.errors import ConfigError
+from convinit.experiments.paired import paired_difference
 from convinit.train.metrics import read_metrics
+from convinit.train.track_log import TRACK_FILE
+
+# config keys that do not change what a run trains: runs differing only in these share a row
+NOT_THE_EXPERIMENT = {
+    "seed", "data_dir", "download", "logger", "log_every", "track", "track_every", "eval_every",
+    "eval_batch_size", "workers",
+}  # fmt: skip
+BIAS_KEYS = ("init_quality/target_mass", "init_quality/best_offset_mass")  # plotted through training
+TRACKED_KEYS = (*BIAS_KEYS, "init_quality/entropy")  # tabulated at step 0 and at the end
 
 
 @dataclass
@@ -33,6 +48,29 @@ class RunRecord:
     experiment: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def setting(self) -> dict[str, Any]:
+        """The flattened config without the seed and the keys that do not change the run."""
+        flat = flatten_config(self.config)
+        return {k: v for k, v in flat.items() if k.split(".")[0] not in NOT_THE_EXPERIMENT}
+
+    @property
+    def provenance(self) -> str:
+        """'seed 0, preset, convinit 0.1.0 @ abcdef123456' from experiment.json or provenance.json."""
+        about = {**read_json(self.run_dir / "provenance.json"), **self.experiment}
+        where = about.get("preset", "config.yaml")
+        if "git_commit" not in about:
+            return f"{self.run_dir.name}: seed {self.seed}, {where}, convinit version and commit not recorded"
+        return (
+            f"{self.run_dir.name}: seed {self.seed}, {where}, convinit {about.get('convinit_version')} "
+            f"@ {str(about['git_commit'])[:12]}"
+        )
+
+    def bias(self, key: str) -> tuple[float | None, float | None]:
+        """A tracker figure at step 0 (the epoch-0 evaluation) and at the end (the last row), or None."""
+        first = self.metrics[0] if self.metrics[0].get("epoch") == 0 else {}
+        return first.get(key), self.metrics[-1].get(key)
+
+    @property
     def final_accuracy(self) -> float | None:
         evaluated = [row for row in self.metrics if row.get("test_acc") is not None]
         return (
@@ -40,6 +78,25 @@ class RunRecord:
             if evaluated and evaluated[-1]["epoch"] == self.metrics[-1]["epoch"]
             else None
         )
+
+
+def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'model_args': {'alpha': 0.1}} -> {'model_args.alpha': 0.1}."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def read_experiment(run_dir: Path) -> dict[str, Any]:
@@ -92,33 +149,70 @@ def find_failed(root: Path) -> list[tuple[str, int, str]]:
     return failures
 
 
-def summarise(records: list[RunRecord]) -> list[dict[str, Any]]:
-    """One table row per label, in first-seen order."""
-    groups: dict[str, list[RunRecord]] = defaultdict(list)
+def group_runs(records: list[RunRecord]) -> list[tuple[str, list[RunRecord]]]:
+    """(row name, runs) in first-seen order: one row per label and setting; a label whose runs hold
+    several settings gives one row per setting, named by the keys whose values differ."""
+    groups: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
     for record in records:
-        groups[record.label].append(record)
-    rows = []
-    for label, group in groups.items():
-        accs = [r.final_accuracy for r in group if r.final_accuracy is not None]
+        groups[(record.label, json.dumps(record.setting, sort_keys=True, default=str))].append(record)
+    by_label: dict[str, list[list[RunRecord]]] = defaultdict(list)
+    for (label, _), group in groups.items():
+        by_label[label].append(group)
+    named = []
+    for (label, _), group in groups.items():
+        siblings = by_label[label]
+        if len(siblings) == 1 and label != ".":
+            named.append((label, group))
+            continue
+        settings = [g[0].setting for g in siblings]
+        keys = sorted({k for st in settings for k in st if len({str(x.get(k)) for x in settings}) > 1})
+        differs = ", ".join(f"{k}={group[0].setting.get(k)}" for k in keys)
+        name = label if label != "." else ""
+        named.append((f"{name} [{differs}]".strip() if differs else name or group[0].run_dir.name, group))
+    return named
+
+
+def ordered_groups(records: list[RunRecord], reference: str | None) -> list[tuple[str, list[RunRecord]]]:
+    """`group_runs`, with the `reference` row first; ConfigError naming the rows if there is none."""
+    groups = group_runs(records)
+    if reference is None:
+        return groups
+    first = [g for g in groups if g[0] == reference]
+    if not first:
+        names = ", ".join(repr(label) for label, _ in groups)
+        raise ConfigError(f"--reference {reference!r} is not a row of this report; its rows: {names}")
+    return first + [g for g in groups if g[0] != reference]
+
+
+def summarise(records: list[RunRecord], reference: str | None = None) -> list[dict[str, Any]]:
+    """One table row per configuration (`group_runs`), in first-seen order or `reference` first; each
+    row's paired difference is against the first row."""
+    rows, reference_accs = [], None
+    for label, group in ordered_groups(records, reference):
+        by_seed = {r.seed: r.final_accuracy for r in group if r.final_accuracy is not None}
+        accs = list(by_seed.values())
         last = [r.metrics[-1] for r in group]
-        rows.append(
-            {
-                "method": label,
-                "seeds": len(accs),
-                "final_test_acc_mean": statistics.fmean(accs) if accs else None,
-                "final_test_acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0 if accs else None,
-                "paper": group[0].experiment.get("paper"),
-                "epochs": last[0]["epoch"],
-                "seconds": sum(row.get("seconds", 0.0) for r in group for row in r.metrics) / len(group),
-                "images_per_s": statistics.fmean([row.get("images_per_s", 0.0) for row in last]),
-                "provenance": "; ".join(
-                    f"{r.run_dir.name}: seed {r.seed}, {r.experiment.get('preset', 'config.yaml')}, "
-                    f"convinit {r.experiment.get('convinit_version', '?')} "
-                    f"@ {r.experiment.get('git_commit', '?')[:12]}"
-                    for r in group
-                ),
-            }
-        )
+        reference_accs = by_seed if reference_accs is None else reference_accs
+        paired = paired_difference(by_seed, reference_accs) if rows else None
+        row = {
+            "method": label,
+            "seeds": len(accs),
+            "final_test_acc_mean": statistics.fmean(accs) if accs else None,
+            "final_test_acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0 if accs else None,
+            "vs_first_row": paired.describe() if paired else None,
+            "vs_first_row_within_noise": paired.within_noise if paired else None,
+            "paper": group[0].experiment.get("paper"),
+            "epochs": last[0]["epoch"],
+            "seconds": sum(row.get("seconds", 0.0) for r in group for row in r.metrics) / len(group),
+            "images_per_s": statistics.fmean([row.get("images_per_s", 0.0) for row in last]),
+        }
+        for key in TRACKED_KEYS:
+            name = key.split("/")[-1]
+            for index, when in enumerate(("step0", "end")):
+                values = [r.bias(key)[index] for r in group if r.bias(key)[index] is not None]
+                row[f"{name}_{when}"] = statistics.fmean(values) if values else None
+        row["provenance"] = "; ".join(r.provenance for r in group)
+        rows.append(row)
     return rows
 
 
@@ -130,18 +224,43 @@ def format_accuracy(row: dict[str, Any]) -> str:
     return f"{row['final_test_acc_mean']:.2f}"
 
 
+def step0_and_end(row: dict[str, Any], name: str) -> str:
+    start, end = row.get(f"{name}_step0"), row.get(f"{name}_end")
+    if start is None and end is None:
+        return "-"
+    return " / ".join("-" if v is None else f"{v:.2f}" for v in (start, end))
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| method | seeds | final test acc (%) | paper (%) | epochs | s / run | images/s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for row in rows:
+    """The accuracy table; bias columns only when some run tracked init_quality."""
+    bias = any(row.get(f"{k.split('/')[-1]}_step0") is not None for row in rows for k in BIAS_KEYS)
+    head = "| method | seeds | final test acc (%) | vs first row (points, 95 % CI) |"
+    rule = "| --- | ---: | ---: | ---: |"
+    if bias:
+        head += " target mass, step 0 / end | best-offset mass, step 0 / end | entropy, step 0 / end |"
+        rule += " ---: | ---: | ---: |"
+    lines = [head + " paper (%) | epochs | s / run | images/s |", rule + " ---: | ---: | ---: | ---: |"]
+    for index, row in enumerate(rows):
         paper = f"{row['paper']:.1f}" if isinstance(row["paper"], (int, float)) else "-"
-        lines.append(
-            f"| {row['method']} | {row['seeds']} | {format_accuracy(row)} | {paper} | {row['epochs']} | "
-            f"{row['seconds']:.0f} | {row['images_per_s']:.0f} |"
-        )
+        versus = "reference" if index == 0 else row["vs_first_row"] or "no shared seed"
+        cells = [row["method"], str(row["seeds"]), format_accuracy(row), versus]
+        if bias:
+            cells += [step0_and_end(row, name) for name in ("target_mass", "best_offset_mass", "entropy")]
+        cells += [paper, str(row["epochs"]), f"{row['seconds']:.0f}", f"{row['images_per_s']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def save_plot(fig, ax, path: Path, legend_size: int = 8) -> None:
+    """Grid, legend and an atomic PNG write; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    with atomic_writer(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
+    plt.close(fig)
 
 
 def plot_curves(records: list[RunRecord], path: Path) -> None:
@@ -151,10 +270,7 @@ def plot_curves(records: list[RunRecord], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups: dict[str, list[RunRecord]] = defaultdict(list)
-    for record in records:
-        groups[record.label].append(record)
-    for label, group in groups.items():
+    for label, group in group_runs(records):
         by_epoch: dict[int, list[float]] = defaultdict(list)
         for record in group:
             for row in record.metrics:
@@ -164,12 +280,7 @@ def plot_curves(records: list[RunRecord], path: Path) -> None:
         ax.plot(epochs, [statistics.fmean(by_epoch[e]) for e in epochs], marker=".", label=label)
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_writer(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=120)
-    plt.close(fig)
+    save_plot(fig, ax, path, legend_size=8)
 
 
 def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_x: bool = False) -> bool:
@@ -196,24 +307,77 @@ def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("final test accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_writer(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=120)
-    plt.close(fig)
+    save_plot(fig, ax, path, legend_size=8)
     return True
 
 
-def write_report(root: str | Path, out: str | Path | None = None, title: str | None = None) -> Path:
-    """Write report.md, results.csv and plots for the runs under `root`; returns the report path."""
+BIAS_NOTE = (
+    "Convolutional bias (`track=[init_quality]`, real forward passes of 64 held-apart test images): target "
+    "mass is the attention on each head's impulse-init offset, best-offset mass the attention on the single "
+    "offset of a 5 x 5 kernel that gets the most, per head; entropy the row entropy / log(keys) (1: "
+    "uniform, 0: one-hot); means over layers, heads and seeds, at step 0 and after the last step. The plot "
+    "follows the masses through training (solid: target, dashed: best offset)."
+)
+
+
+def bias_points(record: RunRecord, key: str) -> dict[int, float]:
+    """{global step: value} of a tracker figure from the evaluations and track.jsonl."""
+    points = {
+        int(row.get("step", 0)): row[key]
+        for row in record.metrics
+        if row.get(key) is not None and ("step" in row or row["epoch"] == 0)
+    }
+    for row in read_metrics(record.run_dir / TRACK_FILE):
+        if row.get(key) is not None:
+            points[int(row["step"])] = row[key]
+    return points
+
+
+def plot_bias(records: list[RunRecord], path: Path) -> bool:
+    """Target and best-offset mass against the training step, one colour per row; False if untracked."""
+    lines = []
+    for label, group in group_runs(records):
+        for key, style in zip(BIAS_KEYS, ("-", "--"), strict=True):
+            by_step: dict[int, list[float]] = defaultdict(list)
+            for record in group:
+                for step, value in bias_points(record, key).items():
+                    by_step[step].append(value)
+            if by_step:
+                steps = sorted(by_step)
+                lines.append((label, style, steps, [statistics.fmean(by_step[t]) for t in steps]))
+    if not lines:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colours: dict[str, str] = {}
+    for label, style, steps, values in lines:
+        named = label in colours  # one legend entry per row
+        colour = colours.setdefault(label, f"C{len(colours) % 10}")
+        ax.plot(steps, values, style, marker=".", color=colour, label=None if named else label)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("attention mass (solid: target, dashed: best offset)")
+    ax.set_ylim(0, 1)
+    save_plot(fig, ax, path, legend_size=7)
+    return True
+
+
+def write_report(
+    root: str | Path, out: str | Path | None = None, title: str | None = None, reference: str | None = None
+) -> Path:
+    """Write report.md, results.csv and plots for the runs under `root`; returns the report path.
+
+    reference: the row (label) the others are paired with, shown first (default: the first row)."""
     root = Path(root)
     records, failures = find_runs(root), find_failed(root)
     if not records and not failures:
         raise ConfigError(f"{root} holds no finished runs (folders with config.yaml and finished.json)")
     out = Path(out) if out else root
     out.mkdir(parents=True, exist_ok=True)
-    rows = summarise(records)
+    rows = summarise(records, reference)
     if rows:
         table = io.StringIO(newline="")
         writer = csv.DictWriter(table, fieldnames=list(rows[0]))
@@ -226,7 +390,9 @@ def write_report(root: str | Path, out: str | Path | None = None, title: str | N
         "",
         markdown_table(rows),
         "",
-        "Final-epoch test accuracy, mean +- std over seeds (never the best epoch).",
+        "Final-epoch test accuracy, mean +- std over seeds (never the best epoch); vs first row: the mean "
+        "of the per-seed differences from the first row over the seeds both ran, with its 95 % t interval "
+        "(labelled within noise when it contains 0).",
     ]
     if rows:
         parts += ["", "![curves](curves.png)"]
@@ -241,10 +407,10 @@ def write_report(root: str | Path, out: str | Path | None = None, title: str | N
     if failures:
         parts += ["", "## Failed runs", "", "| method | seed | reason |", "| --- | ---: | --- |"]
         parts += [f"| {label} | {seed} | {reason} |" for label, seed, reason in failures]
-    groups: dict[str, list[Path]] = defaultdict(list)
-    for record in records:
-        groups[record.label].append(record.run_dir)
-    init_table = init_markdown(init_rows(groups.items()))
+    if plot_bias(records, out / "bias.png"):
+        parts += ["", BIAS_NOTE, "", "![convolutional bias through training](bias.png)"]
+    groups = [(label, [r.run_dir for r in group]) for label, group in group_runs(records)]
+    init_table = init_markdown(init_rows(groups))
     if init_table:
         parts += ["", init_table]
     parts += ["", "## Provenance", ""] + [f"- **{row['method']}**: {row['provenance']}" for row in rows]

@@ -112,13 +112,24 @@ def default_random_filter(kernel_size: int, generator: torch.Generator | None = 
 # Filter banks: `heads` distinct filters shared out over channels
 
 
-def assign_heads(channels: int, heads: int) -> torch.Tensor:
-    """Which of the `heads` filters each channel uses: channel c -> c mod heads (heads >= channels: one each).
+ASSIGNMENTS = ("balanced", "random")
 
-    Balanced on purpose: each filter then has about channels/heads copies, as the appendix describes.
+
+def assign_heads(
+    channels: int, heads: int, assignment: str = "balanced", generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Which of the min(heads, channels) filters each channel uses, shape (C,).
+
+    "balanced" (convinit's default): channel c -> c mod heads, so each filter has about channels/heads
+    copies, as the appendix describes. "random": each channel draws its filter uniformly, with
+    replacement, as the official code does (a filter may then have few copies, or none).
     """
     if heads < 1:
         raise ConfigError(f"filter heads must be a positive integer, got {heads}")
+    if assignment not in ASSIGNMENTS:
+        raise ConfigError(f"filter assignment must be one of {', '.join(ASSIGNMENTS)}, got {assignment!r}")
+    if assignment == "random":
+        return torch.randint(min(heads, channels), (channels,), generator=generator)
     return torch.arange(channels) % min(heads, channels)
 
 
@@ -131,8 +142,9 @@ def filter_bank(
     taps: int | None = None,
     variance: float | None = None,
     generator: torch.Generator | None = None,
+    assignment: str = "balanced",
 ) -> torch.Tensor:
-    """(channels, k, k) filters of one kind: `heads` independent draws, channel c gets draw c mod heads.
+    """(channels, k, k) filters of one kind: `heads` independent draws shared out by `assign_heads`.
 
     kind: impulse | box (needs `taps`) | ones | gaussian (needs `variance`) | random (default init).
     Filters are returned unscaled; `fixed_filter_scale` gives the official output-variance scale.
@@ -149,13 +161,15 @@ def filter_bank(
     if kind not in makers:
         raise ConfigError(f"unknown filter kind {kind!r}; choose one of: {', '.join(makers)}")
     distinct = torch.stack([makers[kind]() for _ in range(draws)])  # (heads, k, k)
-    return distinct[assign_heads(channels, heads)]  # (C, k, k)
+    return distinct[assign_heads(channels, heads, assignment, generator)]  # (C, k, k)
 
 
 def fixed_filter_scale(filt: torch.Tensor, kernel_size: int) -> float:
-    """Scale making ||w||^2 = 1/k, so unit-variance inputs give output variance 1/k (SPEC section 1).
+    """Scale making ||w||^2 = 1/k, so unit-variance inputs give output variance 1/k: convinit's rule for
+    the `standard` ConvMixer block (impulse * sqrt(1/k), box-n * sqrt(1/(n*k)), Gaussians the same).
 
-    This is the official code's rule: impulse * sqrt(1/k), box-n * sqrt(1/(n*k)); Gaussians follow it.
+    Not the official code's: that hard-codes 3 whatever k is (impulse * sqrt(1/3), box-n * sqrt(1/(3n));
+    SPEC section 1), which the `paper1` block uses (`PAPER1_SCALE` in `convinit.models.convmixer`).
     """
     return math.sqrt(1.0 / kernel_size) / float(filt.norm())
 

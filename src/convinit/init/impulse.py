@@ -11,8 +11,9 @@ softmax(X Wq_h Wk_h^T X^T * scale) ~ T_h on what the layer sees. Two solvers:
   proxy for a standard ViT) with isotropic content of the model's alpha. The logit gap c is per head
   the smallest whose maps put `target_mass` on the target (on the real batch when there is one), or
   97 % of the best mass reachable; `logit_gap` fixes it. Columns beyond the kept rank get small noise.
-- `optimize` (`convinit.init.paper_optimizer`): paper 1's recipe exactly, on P (or LN(P)); the
-  weights are then multiplied by sqrt(scale / layer scale) so the layer reproduces the fitted map.
+- `optimize` (`convinit.init.paper_optimizer`): paper 1's recipe exactly, on P (or LN(P)), at scale
+  0.1; a model built with that attention scale (model_args.attn_scale=0.1, as the official code) takes
+  the weights as fitted, one at another scale gets them times sqrt(0.1 / layer scale), with a warning.
 
 Model III layers (qk_input "free") have no X: `optimize` fits the factors directly (X = I) and
 `closed_form` sets an exact rank-3 factorisation of -gap * ||key - query - o||^2.
@@ -350,7 +351,7 @@ def fit_slot(
         x_fit = slot.inputs[opts.pseudo_input or slot.seen]
         wq, wk, _ = optimize_factors(x_fit, targets, slot.dim_head, opts.scale, opts.steps, opts.lr,
                                      opts.renorm_every, generator)  # fmt: skip
-        factor = math.sqrt(opts.scale / slot.scale)  # the layer's own scale then gives the fitted map
+        factor = optimize_rescale(slot, opts)
         write_qk(slot, wq * factor, wk * factor)
         return None
     basis, x, key = fit_inputs(slot, opts, cache, real)
@@ -403,6 +404,26 @@ def fit_qk_norm_gain(
     return torch.full((slot.heads,), gap, dtype=torch.float64)
 
 
+def optimize_rescale(slot: AttentionSlot, opts: ImpulseOptions) -> float:
+    """Weight factor that makes the layer's own scale give the map fitted at `opts.scale`: 1 when the
+    model is built with paper 1's attention scale (model_args.attn_scale=0.1), as the official code is.
+
+    The scale is not a weight, so a checkpoint could not carry it: rather than setting it on the layer,
+    a model at another scale gets its weights rescaled (the same maps at step 0, different training),
+    with a warning.
+    """
+    if math.isclose(slot.scale, opts.scale):
+        return 1.0
+    if slot.layer == 0:
+        warnings.warn(
+            f"impulse solver=optimize fits at attention scale {opts.scale:g} but this model's layers use "
+            f"{slot.scale:g}: weights rescaled by sqrt({opts.scale:g} / {slot.scale:g}); build the model "
+            f"with model_args.attn_scale={opts.scale:g} to train as paper 1 does",
+            stacklevel=5,
+        )
+    return math.sqrt(opts.scale / slot.scale)
+
+
 def fit_free(
     slot: AttentionSlot, targets: Targets, opts: ImpulseOptions, cache: FitCache, generator
 ) -> torch.Tensor | None:
@@ -411,7 +432,7 @@ def fit_free(
     if opts.solver == "optimize":
         wq, wk, _ = optimize_factors(torch.eye(free.tokens), targets, slot.dim_head, opts.scale, opts.steps,
                                      opts.lr, opts.renorm_every, generator)  # fmt: skip
-        factor = math.sqrt(opts.scale / slot.scale)
+        factor = optimize_rescale(slot, opts)
         with torch.no_grad():
             free.q_factors.copy_(wq * factor)  # (H, N, r)
             free.k_factors.copy_(wk.transpose(1, 2) * factor)  # (H, r, N)

@@ -22,8 +22,10 @@ The spatial (depthwise) step is what the experiments vary:
 - `perm` / `fullperm`: no convolution at all, an N x N token-mixing matrix per channel: each row picks
   one random column (`perm`) or a true permutation (`fullperm`). Meant for small N.
 
-perm rows carry the impulse scale. `filter_heads` distinct filters are shared out over the channels
-(channel c uses filter c mod heads); `share_filters_across_layers` reuses one bank in every block.
+perm rows carry the impulse scale and their bias starts U(+-1/C) (the official code's). `filter_heads`
+distinct filters are shared out over the channels: `filter_assignment` "balanced" (channel c uses filter
+c mod heads; default) or "random" (uniform with replacement, the official code; the paper-1 presets);
+`share_filters_across_layers` reuses one bank in every block.
 """
 
 from __future__ import annotations
@@ -76,7 +78,15 @@ class TokenMixing(nn.Module):
     applied with a gather; `matrices()` gives the explicit (heads, N, N) 0/1 matrices.
     """
 
-    def __init__(self, dim: int, grid: tuple[int, int], heads: int, full: bool, scale: float):
+    def __init__(
+        self,
+        dim: int,
+        grid: tuple[int, int],
+        heads: int,
+        full: bool,
+        scale: float,
+        assignment: str = "balanced",
+    ):
         super().__init__()
         tokens = grid[0] * grid[1]
         if full:
@@ -84,9 +94,9 @@ class TokenMixing(nn.Module):
         else:
             picks = torch.randint(tokens, (min(heads, dim), tokens))
         self.register_buffer("picks", picks)  # (heads, N): column chosen by each row
-        self.register_buffer("head_of_channel", assign_heads(dim, heads))  # (C,)
+        self.register_buffer("head_of_channel", assign_heads(dim, heads, assignment))  # (C,)
         self.scale = scale
-        self.bias = nn.Parameter(torch.zeros(dim))
+        self.bias = nn.Parameter(torch.empty(dim).uniform_(-1.0 / dim, 1.0 / dim))  # U(+-1/C), as official
 
     def matrices(self) -> torch.Tensor:
         """The explicit selection matrices, (heads, N, N), unscaled."""
@@ -109,9 +119,11 @@ class SoftmaxConv(nn.Conv2d):
         return self._conv_forward(x, weight, self.bias)
 
 
-def scaled_bank(mode: str, params: dict, dim: int, kernel_size: int, heads: int, paper1: bool):
+def scaled_bank(
+    mode: str, params: dict, dim: int, kernel_size: int, heads: int, paper1: bool, assignment: str
+) -> torch.Tensor:
     """The fixed filters (C, k, k) at the block's scale (see the module docstring)."""
-    bank = filter_bank(mode, kernel_size, dim, heads, **params)
+    bank = filter_bank(mode, kernel_size, dim, heads, assignment=assignment, **params)
     if not paper1:
         return bank * torch.tensor([fixed_filter_scale(f, kernel_size) for f in bank])[:, None, None]
     if mode == "gaussian":  # the bank's mean squared norm is 1/3
@@ -120,12 +132,19 @@ def scaled_bank(mode: str, params: dict, dim: int, kernel_size: int, heads: int,
 
 
 def spatial_layer(
-    mode: str, params: dict, dim: int, kernel_size: int, grid: tuple[int, int], heads: int, paper1: bool
+    mode: str,
+    params: dict,
+    dim: int,
+    kernel_size: int,
+    grid: tuple[int, int],
+    heads: int,
+    paper1: bool,
+    assignment: str = "balanced",
 ) -> nn.Module:
     """One block's spatial step for an already-parsed mode; fixed modes frozen (paper1: bias too)."""
     if mode in ("perm", "fullperm"):
         scale = PAPER1_SCALE if paper1 else math.sqrt(1.0 / kernel_size)
-        layer = TokenMixing(dim, grid, heads, full=mode == "fullperm", scale=scale)
+        layer = TokenMixing(dim, grid, heads, full=mode == "fullperm", scale=scale, assignment=assignment)
     else:
         kind = SoftmaxConv if mode == "softmax" else nn.Conv2d
         layer = kind(dim, dim, kernel_size, groups=dim, padding=kernel_size // 2)
@@ -133,7 +152,8 @@ def spatial_layer(
             return layer
         if mode not in ("random", "softmax"):
             with torch.no_grad():
-                layer.weight.copy_(scaled_bank(mode, params, dim, kernel_size, heads, paper1)[:, None])
+                bank = scaled_bank(mode, params, dim, kernel_size, heads, paper1, assignment)
+                layer.weight.copy_(bank[:, None])
         layer.weight.requires_grad_(False)
     if paper1:
         layer.bias.requires_grad_(False)
@@ -166,6 +186,7 @@ class ConvMixer(PretrainedMixin, nn.Module):
         filter_heads: int | None = None,
         share_filters_across_layers: bool = False,
         block: str = "standard",
+        filter_assignment: str = "balanced",
     ):
         super().__init__()
         if block not in BLOCKS:
@@ -189,14 +210,11 @@ class ConvMixer(PretrainedMixin, nn.Module):
         self.stem = nn.Sequential(
             nn.Conv2d(in_chans, dim, patch_size, stride=patch_size), nn.GELU(), nn.BatchNorm2d(dim)
         )
-        first = spatial_layer(mode, params, dim, kernel_size, self.grid, heads, paper1)
+        layer_args = (mode, params, dim, kernel_size, self.grid, heads, paper1, filter_assignment)
+        first = spatial_layer(*layer_args)
         blocks = []
         for index in range(depth):
-            spatial_mix = (
-                first
-                if index == 0
-                else spatial_layer(mode, params, dim, kernel_size, self.grid, heads, paper1)
-            )
+            spatial_mix = first if index == 0 else spatial_layer(*layer_args)
             if share_filters_across_layers and index > 0:
                 spatial_mix.load_state_dict(first.state_dict())  # the same fixed filters (own parameters)
             blocks.append(
@@ -233,10 +251,13 @@ def convmixer(
     filter_heads: int | None = None,
     share_filters_across_layers: bool = False,
     block: str = "standard",
+    filter_assignment: str = "balanced",
 ) -> ConvMixer:
     """ConvMixer-512/6, kernel 5, patch 2 on 32 px (paper 1's Fig. 4 configuration; also used: 256/8/k3).
 
     block "standard" (Trockman & Kolter) or "paper1" (the official code behind paper 1's figures).
+    filter_assignment: how the `filter_heads` distinct filters go to channels, "balanced" (c mod heads,
+    convinit's default) or "random" (uniform with replacement, the official code's).
     """
     return ConvMixer(
         num_classes=num_classes,
@@ -250,4 +271,5 @@ def convmixer(
         filter_heads=filter_heads,
         share_filters_across_layers=share_filters_across_layers,
         block=block,
+        filter_assignment=filter_assignment,
     )

@@ -17,6 +17,8 @@ from convinit.train.checkpoint import MANIFEST, list_checkpoints, prune
 RUN_FILES = (
     "metrics.jsonl",
     "metrics.csv",
+    "track.jsonl",
+    "provenance.json",
     "finished.json",
     "init_report.json",
     "failed.json",

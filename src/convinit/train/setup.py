@@ -19,6 +19,7 @@ from convinit.atomic import atomic_write_text
 from convinit.config import TrainConfig, save_config
 from convinit.data import MixupCutmix
 from convinit.errors import ConfigError
+from convinit.provenance import provenance
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.train.data_source import DataSource, build_data
 from convinit.train.device import autocast_dtype, configure_cuda_math, memory_format
@@ -34,6 +35,7 @@ from convinit.train.state import TrainState
 from convinit.train.step import DeviceEMA, StepParts, StepTotals
 from convinit.train.teacher import load_teacher
 from convinit.train.threads import ThreadChoice, record_threads, set_run_threads
+from convinit.train.track_log import TrackLog
 
 TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
 
@@ -71,6 +73,8 @@ def prepare_model(cfg: TrainConfig, data: DataSource, run_dir: Path, fresh: bool
         model.init_report = report
         if is_main:
             atomic_write_text(run_dir / "init_report.json", json.dumps(report, indent=1, default=str))
+    elif (run_dir / "init_report.json").is_file():  # trackers compare with the init's targets
+        model.init_report = json.loads((run_dir / "init_report.json").read_text())
     return model
 
 
@@ -127,6 +131,7 @@ def build_run(
     if not resume and ddp.is_main:
         prepare_run_dir(run_dir, overwrite)
         save_config(cfg, run_dir / "config.yaml")
+        atomic_write_text(run_dir / "provenance.json", json.dumps(provenance(), indent=1))
     barrier(ddp)
     seed_everything(cfg.seed, cfg.deterministic, ddp.rank)
     configure_cuda_math(cfg, device)
@@ -165,6 +170,7 @@ def build_run(
     elif ddp.is_main:
         record_threads(run_dir, threads)  # a resume reads it back (see convinit.train.threads)
         run.log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
+        TrackLog(run_dir).truncate_after(-1)
         run.trackers.log_init(model.init_report)
         grid = save_augmentation_preview(data, cfg.seed, run_dir / "augmentations.png")
         run.trackers.log_image("augmentations", grid, 0)
@@ -197,3 +203,4 @@ def restore(run: Run, checkpoint: Path) -> None:
         run.state.load_state_dict(state)
     if run.ddp.is_main:
         run.log.truncate_after(run.state.epoch)
+        TrackLog(run.run_dir).truncate_after(run.state.epoch * run.steps_per_epoch + run.state.step)

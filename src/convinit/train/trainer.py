@@ -44,6 +44,7 @@ from convinit.train.run_dir import check_run_dir_path
 from convinit.train.setup import Run, build_run
 from convinit.train.signals import RunInterrupted, stop_at_step_boundary, stop_outside_the_loop
 from convinit.train.step import train_step
+from convinit.train.track_log import TrackLog, track_due
 
 
 @dataclass
@@ -125,9 +126,10 @@ def train_owned(
     if ddp.is_main and progress:
         print(f"data: {run.data.mode} ({run.data.reason}); {run.threads.line()}", file=sys.stderr)
     if run.checkpoint is None and cfg.eval_every:  # every rank evaluates its shard of the test set
-        row = {"epoch": 0, **evaluation_row(run)}  # the model at initialisation
+        row = {"epoch": 0, "step": 0, **evaluation_row(run)}  # the model at initialisation
         if ddp.is_main:
             run.log.append(row)
+            run.trackers.log_epoch(0, row)
     total = cfg.epochs * run.steps_per_epoch
     done = run.state.epoch * run.steps_per_epoch + run.state.step
     bar = tqdm(
@@ -164,6 +166,10 @@ def train_epoch(run: Run, epoch: int, bar: tqdm, stop: dict[str, int | None]) ->
         with explain_compile_failure(run.cfg.compile):
             train_step(run.parts, run.state.totals, images, labels, epoch * run.steps_per_epoch + step)
         bar.update(1)
+        if run.ddp.is_main and track_due(
+            run.cfg.track, run.cfg.track_every, epoch * run.steps_per_epoch + step + 1
+        ):
+            track_step(run, epoch, epoch * run.steps_per_epoch + step + 1)
         if (step + 1) % run.cfg.log_every == 0:
             report_progress(run, epoch, step, bar, run.state.seconds + time.perf_counter() - tic)
         # under DDP ranks see signals at different steps, so they stop together at the epoch end
@@ -178,6 +184,14 @@ def train_epoch(run: Run, epoch: int, bar: tqdm, stop: dict[str, int | None]) ->
     if run.device.type == "cuda":
         torch.cuda.synchronize()
     run.state.seconds += time.perf_counter() - tic
+
+
+def track_step(run: Run, epoch: int, step: int) -> None:
+    """The trackers between evaluations (`track_every`), into track.jsonl and the step loggers."""
+    values = run_trackers(run.model, run.cfg.track, run.track_images)
+    run.parts.net.train()
+    TrackLog(run.run_dir).append({"epoch": epoch, "step": step, **values})
+    run.trackers.log_step(step, values)
 
 
 def report_progress(run: Run, epoch: int, step: int, bar: tqdm, seconds: float) -> None:
@@ -241,6 +255,7 @@ def end_epoch(run: Run, epoch: int, stop: dict[str, int | None]) -> None:
         )
     row = {
         "epoch": epoch + 1,
+        "step": (epoch + 1) * run.steps_per_epoch,
         "train_loss": loss / seen,
         "train_acc": 100.0 * correct / seen,
         "lr": run.parts.optimizer.param_groups[0]["lr"],
