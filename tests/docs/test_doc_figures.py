@@ -73,8 +73,9 @@ def figures(path: Path) -> list[Figure]:
 def command_beside(lines: list[str], code: list[tuple[int, int, str]], first: int, last: int) -> str | None:
     """The nearest command block in the figure's section: before it (since the last heading), else after
     it (up to the next heading or table)."""
-    heading = max([i for i in range(first) if lines[i].startswith("#")], default=-1)
-    later = [i for i in range(last + 1, len(lines)) if lines[i].startswith(("#", "|"))]
+    inside = {i for start, end, _ in code for i in range(start, end + 1)}  # a shell comment is no heading
+    heading = max([i for i in range(first) if lines[i].startswith("#") and i not in inside], default=-1)
+    later = [i for i in range(last + 1, len(lines)) if lines[i].startswith(("#", "|")) and i not in inside]
     stop = later[0] if later else len(lines)
     before = [text for start, _, text in code if heading < start < first and COMMAND.search(text)]
     after = [text for start, _, text in code if last < start < stop and COMMAND.search(text)]
