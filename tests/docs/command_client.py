@@ -1,0 +1,62 @@
+"""The `convinit` the doc-test puts on PATH: shrink the command, have the server run it, exit with its code.
+
+Run with `python -I -S` (standard library only, no site): it starts in milliseconds. The shrinking
+rules (SHRINK) make a documented command do the same thing on less: one epoch on a few images per class,
+one seed, the first and last data fraction, a one-round benchmark. They only append or replace
+arguments, so every key, option and preset the docs name is still parsed and checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+
+SHRINK = {
+    # appended to every training command; later overrides win over the documented ones
+    "train": ["epochs=1", "eval_every=0", "per_class=4"],
+    "reproduce": ["epochs=1", "eval_every=0"],  # grid rows may set train_fraction: no per_class
+    "efficiency": ["epochs=1", "eval_every=0"],  # it sets train_fraction itself
+    "bench": ["--repeats", "1", "--warmup", "0", "--batch-size", "4", "--no-timm", "--no-pipeline",
+              "--no-costs", "--stream-workers="],
+}  # fmt: skip
+
+
+def shrink(argv: list[str]) -> list[str]:
+    """The documented command, made small (see SHRINK)."""
+    if not argv or argv[0] not in SHRINK or "--resume" in argv or "--list" in argv:
+        return argv
+    out = []
+    items = iter(argv)
+    for item in items:
+        if item in ("--seeds", "--jobs"):  # one seed, one process
+            out += [item, "1"]
+            next(items, None)
+        elif item == "--fractions":  # the first and the last size
+            fractions = next(items, "1").split(",")
+            out += [item, ",".join(dict.fromkeys([fractions[0], fractions[-1]]))]
+        elif argv[0] == "train" and item.startswith("per_class="):
+            continue
+        else:
+            out.append(item)
+    if argv[0] == "train" and any(item.startswith("train_fraction=") for item in argv):
+        return out + [o for o in SHRINK["train"] if not o.startswith("per_class=")]
+    return out + SHRINK[argv[0]]
+
+
+def main() -> int:
+    socket_path, argv = sys.argv[1], shrink(sys.argv[2:])
+    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.connect(socket_path)
+        socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2])
+        connection.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := connection.recv(64):
+            reply += chunk
+    return int(reply or b"1")  # no reply: the child died without exiting cleanly
+
+
+if __name__ == "__main__":
+    sys.exit(main())
