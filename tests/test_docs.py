@@ -1,11 +1,12 @@
 """Every fenced bash and python block in README.md and docs/*.md runs, on small real data, and succeeds.
 
-Pages run in order (README.md, then docs/ alphabetically), one test each, in one shared workspace that
-holds what the docs name: `photos/` (a class-per-folder set of Fashion-MNIST PNGs), `fashion-small/` (a
-`datasets` dataset saved with save_to_disk), `shoe.png`, `coat.jpg` and `runs/wide` (a finished run).
-Bash blocks run with `convinit` served by tests/docs/command_server.py (forked from one process that
-imported torch once) after tests/docs/command_client.py shrinks the command (one epoch on 4 images per
-class, one seed, two data fractions); a `for` loop runs its first item. Python blocks run as written.
+Each page runs in its own workspace, blocks in order, holding what the docs name: `photos/` (a
+class-per-folder set of Fashion-MNIST PNGs), `fashion-small/` (a `datasets` dataset saved with
+save_to_disk), `shoe.png` and `coat.jpg`; a page that continues a run it does not start gets it from
+PAGE_SETUP. Bash blocks run with `convinit` served by tests/docs/command_server.py (forked from one
+process that imported torch once) after tests/docs/command_client.py shrinks the command (one epoch on
+4 images per class, one seed, two data fractions, Fashion-MNIST read from a 1,000 / 300-image copy of
+its IDX files); a `for` loop runs its first item. Python blocks run as written.
 
 A block or command line that cannot run here is named in EXCLUDED with the reason; the line is replaced
 by an `echo` of that reason, and every entry must still match something in the docs (a stale entry fails).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,6 +44,8 @@ EXCLUDED = {
     "python -m pytest -m slow": "the 10-minute soak test; it is marked slow",
     "submit_train(": "submits a SLURM job; tests/reliability/test_slurm_requeue.py runs it with submitit",
 }
+# page -> commands run in its workspace first, for blocks that continue what another page starts
+PAGE_SETUP = {"docs/reliability.md": "convinit train --out runs/wide --no-progress\n"}
 FENCE = re.compile(r"^(\s*)```(bash|python)\s*$")
 LOOP = re.compile(r"\bfor\s+(\w+)\s+in\s+(.+?);\s*do\b")
 
@@ -114,15 +118,15 @@ def command_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def workspace(tmp_path_factory, command_server):
-    """The files the docs name, made from real Fashion-MNIST images."""
+def doc_data(tmp_path_factory):
+    """The files the docs name, made from real Fashion-MNIST images, and a small copy of its IDX files."""
     from PIL import Image
 
     from convinit.data import load_dataset
 
     if not FASHION_DIR.is_dir():
         pytest.skip("the doc pages use Fashion-MNIST (apt-get install dataset-fashion-mnist)")
-    root = tmp_path_factory.mktemp("doc-workspace")
+    root = tmp_path_factory.mktemp("doc-data")
     fashion = load_dataset("fashion-mnist")
     images, labels = fashion.test_images[:, 0].numpy(), fashion.test_labels.numpy()
     for name, label in (("shoe", 7), ("coat", 4), ("bag", 8)):  # Sneaker, Coat, Bag
@@ -132,8 +136,20 @@ def workspace(tmp_path_factory, command_server):
     Image.fromarray(images[(labels == 7).argmax()]).save(root / "shoe.png")
     Image.fromarray(images[(labels == 4).argmax()]).convert("RGB").save(root / "coat.jpg")
     save_hf_dataset(fashion, root / "fashion-small")
-    run_bash("convinit train --out runs/wide --no-progress\n", root, command_server, "runs/wide")
-    return root
+    small_fashion = tmp_path_factory.mktemp("fashion-1k")
+    for split, stem, count in (("train", "train", 1000), ("test", "t10k", 300)):
+        write_idx(small_fashion / f"{stem}-images-idx3-ubyte", getattr(fashion, f"{split}_images")[:count, 0])
+        write_idx(small_fashion / f"{stem}-labels-idx1-ubyte", getattr(fashion, f"{split}_labels")[:count])
+    return root, small_fashion
+
+
+def write_idx(path: Path, values) -> None:
+    """uint8 values in the IDX format (a big-endian header of type and shape, then the bytes)."""
+    import numpy as np
+
+    array = values.numpy().astype(np.uint8)
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+    path.write_bytes(header + array.tobytes())
 
 
 def save_hf_dataset(fashion, folder: Path, per_split: dict | None = None) -> None:
@@ -155,8 +171,13 @@ def save_hf_dataset(fashion, folder: Path, per_split: dict | None = None) -> Non
     datasets.DatasetDict(splits).save_to_disk(str(folder))
 
 
-def run_bash(code: str, cwd: Path, bin_dir: Path, where: str) -> None:
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "MPLBACKEND": "Agg"}
+def run_bash(code: str, cwd: Path, bin_dir: Path, where: str, fashion_dir: Path) -> None:
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "MPLBACKEND": "Agg",
+        "CONVINIT_DOC_TEST_FASHION_MNIST": str(fashion_dir),  # see command_client.shrink
+    }
     result = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", code], cwd=cwd, env=env, capture_output=True, text=True
     )
@@ -167,11 +188,17 @@ def run_bash(code: str, cwd: Path, bin_dir: Path, where: str) -> None:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
-def test_every_block_of_the_page_runs(page, workspace, command_server, monkeypatch):
+def test_every_block_of_the_page_runs(page, doc_data, command_server, tmp_path, monkeypatch):
+    data, fashion_dir = doc_data
+    workspace = tmp_path / "workspace"
+    shutil.copytree(data, workspace)
     monkeypatch.chdir(workspace)
+    name = str(page.relative_to(ROOT))
+    if name in PAGE_SETUP:
+        run_bash(PAGE_SETUP[name], workspace, command_server, f"PAGE_SETUP[{name!r}]", fashion_dir)
     for block in blocks(page):
         if block.language == "bash":
-            run_bash(runnable_bash(block.code), workspace, command_server, block.where)
+            run_bash(runnable_bash(block.code), workspace, command_server, block.where, fashion_dir)
         elif excluded_reason(block.code) is None:
             exec(compile(block.code, block.where, "exec"), {"__name__": "__doc_test__"})
 

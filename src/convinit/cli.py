@@ -20,6 +20,7 @@ EXAMPLES = """examples:
   convinit train                                  # default preset: a small ViT on the embedded digits set
   convinit train --config default dataset=fashion-mnist train_fraction=0.05 epochs=5
   convinit train model_args.dim=128 lr=3e-3 --out runs/wide
+  convinit train --epochs 3 --lr 3e-3             # --key value is key=value, for every key
   convinit train --resume runs/wide               # continue an interrupted run
   convinit eval runs/wide
 """
