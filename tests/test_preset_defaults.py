@@ -21,7 +21,7 @@ def test_shortened_run_scales_the_presets_warmup_to_the_same_fraction(capsys):
     assert cfg.warmup_epochs == pytest.approx(0.05)
     note = capsys.readouterr().err
     assert note.count("\n") == 1
-    assert "warm-up of preset 'default' (1 of its 20 epochs) scaled to 0.05 epochs for epochs=1" in note
+    assert "warmup_epochs 1 of preset 'default' (set for its epochs=20) scaled to 0.05 for epochs=1" in note
 
 
 def test_convit_preset_warmup_adapts_to_three_epochs():
@@ -76,4 +76,4 @@ def test_another_randaugment_policy_reads_the_presets_magnitude_on_its_scale():
 def test_cli_train_epochs_1_no_longer_refuses_the_default_warmup(tmp_path, tiny_overrides, capsys):
     overrides = [o for o in tiny_overrides if not o.startswith(("warmup_epochs", "epochs"))]
     assert main(["train", *overrides, "epochs=1", "--out", str(tmp_path / "r"), "--no-progress"]) == 0
-    assert "scaled to 0.05 epochs for epochs=1" in capsys.readouterr().err
+    assert "scaled to 0.05 for epochs=1" in capsys.readouterr().err

@@ -7,10 +7,8 @@ Public API: `create_model`, `list_models`, `initialize`, `from_pretrained`, `sav
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from convinit.errors import ConfigError, ConvinitError, DataError
+from convinit.lazy_exports import lazy_exports
 from convinit.models import timm_registry
 
 __version__ = "0.1.0"
@@ -31,10 +29,7 @@ timm_registry.install()  # convinit_<name> models in timm's registry once timm i
 __all__ = ["ConfigError", "ConvinitError", "DataError", "__version__", *sorted(_EXPORTS)]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'convinit' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

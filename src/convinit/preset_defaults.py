@@ -36,42 +36,39 @@ def origin(key: str, values: Values, user_keys: set[str], preset: str) -> str:
     return f"{key} ({values[key]}, {where})"
 
 
+def scale_with(
+    key: str, anchor: str, values: Values, preset_values: Values, user_keys: set[str], preset: str
+) -> str:
+    """Scale the preset's `key` by how the user changed `anchor`, keeping its ratio; the note.
+
+    Refused (naming both values and where each came from) when the user wrote `key` themselves or the
+    preset's own pair already collides.
+    """
+    value, preset_anchor = values[key], preset_values[anchor]
+    if key in user_keys or not value < preset_anchor:
+        relation = "shorter than" if key == "warmup_epochs" else "below"
+        mine, other = origin(key, values, user_keys, preset), origin(anchor, values, user_keys, preset)
+        raise ConfigError(f"{mine} must be {relation} {other}; lower {key} or raise {anchor}")
+    scaled = float(f"{value * values[anchor] / preset_anchor:.3g}")
+    values[key] = scaled
+    return (
+        f"{key} {value:g} of preset {preset!r} (set for its {anchor}={preset_anchor:g}) scaled to {scaled:g} "
+        f"for {anchor}={values[anchor]:g}; set {key}= to choose"
+    )
+
+
 def adapt_warmup(values: Values, preset_values: Values, user_keys: set[str], preset: str) -> list[str]:
-    """A warm-up as long as the run: scale the preset's to the same fraction of the shortened run."""
-    warmup, epochs = values["warmup_epochs"], values["epochs"]
-    if not 0 < warmup >= epochs:
+    """A warm-up as long as the run: the preset's, scaled to the same fraction of the shortened run."""
+    if not 0 < values["warmup_epochs"] >= values["epochs"]:
         return []
-    preset_epochs = preset_values["epochs"]
-    if "warmup_epochs" in user_keys or warmup >= preset_epochs:
-        raise ConfigError(
-            f"{origin('warmup_epochs', values, user_keys, preset)} must be shorter than "
-            f"{origin('epochs', values, user_keys, preset)}; lower warmup_epochs or raise epochs"
-        )
-    scaled = float(f"{warmup * epochs / preset_epochs:.3g}")
-    values["warmup_epochs"] = scaled
-    return [
-        f"warm-up of preset {preset!r} ({warmup:g} of its {preset_epochs} epochs) scaled to {scaled:g} "
-        f"epochs for epochs={epochs}; set warmup_epochs= to choose"
-    ]
+    return [scale_with("warmup_epochs", "epochs", values, preset_values, user_keys, preset)]
 
 
 def adapt_min_lr(values: Values, preset_values: Values, user_keys: set[str], preset: str) -> list[str]:
-    """A final lr at or above a lowered lr: keep the preset's ratio of min_lr to lr."""
-    min_lr, lr = values["min_lr"], values["lr"]
-    if min_lr < lr or lr <= 0:
+    """A final lr at or above a lowered lr: the preset's min_lr, at the same ratio to lr."""
+    if values["min_lr"] < values["lr"] or values["lr"] <= 0:
         return []
-    preset_lr = preset_values["lr"]
-    if "min_lr" in user_keys or not min_lr < preset_lr:
-        raise ConfigError(
-            f"{origin('min_lr', values, user_keys, preset)} must be below "
-            f"{origin('lr', values, user_keys, preset)}: the schedule decays from lr to it"
-        )
-    scaled = float(f"{min_lr * lr / preset_lr:.3g}")
-    values["min_lr"] = scaled
-    return [
-        f"min_lr of preset {preset!r} ({min_lr:g}, 1/{preset_lr / min_lr:g} of its lr {preset_lr:g}) "
-        f"scaled to {scaled:g} for lr={lr:g}; set min_lr= to choose"
-    ]
+    return [scale_with("min_lr", "lr", values, preset_values, user_keys, preset)]
 
 
 def adapt_subset(values: Values, preset_values: Values, user_keys: set[str], preset: str) -> list[str]:

@@ -6,8 +6,7 @@ registry imports the reader modules (cifar, digits, folder, hf, idx, svhn, tiny_
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from convinit.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "BatchAugment": "convinit.data.augment",
@@ -26,7 +25,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'convinit.data' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -6,8 +6,7 @@ architecture modules (vit, convit, convmixer, deit) the first time it is asked.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from convinit.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "create_model": "convinit.models.registry",
@@ -19,7 +18,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'convinit.models' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
