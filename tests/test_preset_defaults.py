@@ -77,3 +77,12 @@ def test_cli_train_epochs_1_no_longer_refuses_the_default_warmup(tmp_path, tiny_
     overrides = [o for o in tiny_overrides if not o.startswith(("warmup_epochs", "epochs"))]
     assert main(["train", *overrides, "epochs=1", "--out", str(tmp_path / "r"), "--no-progress"]) == 0
     assert "scaled to 0.05 for epochs=1" in capsys.readouterr().err
+
+
+def test_efficiency_refusal_names_the_method_and_where_each_value_came_from(tmp_path, capsys):
+    argv = ["efficiency", "--method", "convit=convit/small warmup_epochs=5", "epochs=3"]
+    assert main([*argv, "--out", str(tmp_path / "eff")]) == 2
+    assert (
+        "convinit: error: --method convit: warmup_epochs (5.0, set by you) must be shorter than "
+        "epochs (3, set by you)" in capsys.readouterr().err
+    )
