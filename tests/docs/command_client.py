@@ -19,8 +19,8 @@ SHRINK = {
     "train": ["epochs=1", "eval_every=0", "per_class=4"],
     "reproduce": ["epochs=1", "eval_every=0"],  # grid rows may set train_fraction: no per_class
     "efficiency": ["epochs=1", "eval_every=0"],  # it sets train_fraction itself
-    "bench": ["--repeats", "1", "--warmup", "0", "--batch-size", "4", "--no-timm", "--no-pipeline",
-              "--no-costs", "--stream-workers="],
+    "bench": ["--models", "simplevit", "--repeats", "1", "--warmup", "0", "--batch-size", "4", "--no-timm",
+              "--no-pipeline", "--no-costs", "--stream-workers="],
 }  # fmt: skip
 
 

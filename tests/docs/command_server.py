@@ -25,6 +25,13 @@ WARM_MODULES = (
     "convinit.experiments.efficiency",
     "convinit.models.registry",
     "convinit.predict",
+    "convinit.train.export",
+    "convinit.data.augment",
+    "convinit.analysis.plots",
+    "kornia",
+    "matplotlib.pyplot",
+    "sklearn.datasets",
+    "sklearn.model_selection",
 )
 
 
