@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,10 +198,12 @@ def test_every_block_of_the_page_runs(page, doc_data, command_server, tmp_path, 
     if name in PAGE_SETUP:
         run_bash(PAGE_SETUP[name], workspace, command_server, f"PAGE_SETUP[{name!r}]", fashion_dir)
     for block in blocks(page):
+        start = time.perf_counter()
         if block.language == "bash":
             run_bash(runnable_bash(block.code), workspace, command_server, block.where, fashion_dir)
         elif excluded_reason(block.code) is None:
             exec(compile(block.code, block.where, "exec"), {"__name__": "__doc_test__"})
+        print(f"{block.where}: {time.perf_counter() - start:.1f} s")  # pytest -s: where the time goes
 
 
 def test_every_exclusion_matches_a_documented_block_and_gives_a_reason():
