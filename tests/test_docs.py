@@ -5,8 +5,9 @@ class-per-folder set of Fashion-MNIST PNGs), `fashion-small/` (a `datasets` data
 save_to_disk), `shoe.png` and `coat.jpg`; a page that continues a run it does not start gets it from
 PAGE_SETUP. Bash blocks run with `convinit` served by tests/docs/command_server.py (forked from one
 process that imported torch once) after tests/docs/command_client.py shrinks the command (one epoch on
-4 images per class, one seed, two data fractions, Fashion-MNIST read from a 1,000 / 300-image copy of
-its IDX files); a `for` loop runs its first item. Python blocks run as written.
+4 images per class, one seed, 5 % of the data per grid run, two data fractions, Fashion-MNIST read
+from a 1,000 / 300-image copy of its IDX files); a `for` loop runs its first item. Python blocks run
+as written.
 
 A block or command line that cannot run here is named in EXCLUDED with the reason; the line is replaced
 by an `echo` of that reason, and every entry must still match something in the docs (a stale entry fails).
