@@ -7,6 +7,7 @@ Public API: `create_model`, `list_models`, `initialize`, `from_pretrained`, `sav
 
 from __future__ import annotations
 
+import convinit._progress_bars  # noqa: F401  (first: before anything imports tqdm.auto)
 from convinit.errors import ConfigError, ConvinitError, DataError
 from convinit.lazy_exports import lazy_exports
 from convinit.models import timm_registry

@@ -29,7 +29,7 @@ from convinit.preset_defaults import adapt_preset_defaults
 CHOICES = {
     "optimizer": ("adam", "adamw", "sgd"),
     "schedule": ("cosine", "constant"),
-    "precision": ("auto", "fp32", "bf16", "fp16"),
+    "precision": ("auto", "fp32", "tf32", "bf16", "fp16"),
     "subset_order": ("random", "first"),
     "on_nonfinite": ("stop", "skip"),
     "randaugment_policy": ("timm", "torchvision"),
@@ -111,9 +111,11 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False
     device: str = "auto"
-    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere; fp16 adds a GradScaler
+    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere; fp16 adds a GradScaler; tf32:
+    # fp32 with TF32 matmuls on CUDA (also used for what autocast leaves in fp32); fp32: strict IEEE fp32
+    threads: int | None = None  # CPU threads of this process; null: chosen (see convinit.train.threads)
     compile: bool = False  # torch.compile the training forward/backward (checkpoints keep plain keys)
-    # torch.compile's mode; auto: max-autotune (with CUDA graphs) on CUDA, torch's default elsewhere
+    # torch.compile's mode; auto: reduce-overhead (CUDA graphs, no autotuning) on one GPU, default elsewhere
     compile_mode: str = "auto"
     channels_last: bool = False  # model and batches in channels_last memory format (faster ConvMixer convs)
     eval_batch_size: int = 1000
@@ -291,9 +293,9 @@ def check_values(cfg: TrainConfig) -> None:
         if value not in options:
             hint = suggestion(value, options)
             raise ConfigError(f"config key {key!r} must be one of {', '.join(options)}, got {value!r}{hint}")
-    positive = ["epochs", "batch_size", "eval_batch_size", "repeated_aug", "log_every"]
+    positive = ["epochs", "batch_size", "eval_batch_size", "repeated_aug", "log_every", "threads"]
     for key in positive:
-        if getattr(cfg, key) < 1:
+        if getattr(cfg, key) is not None and getattr(cfg, key) < 1:
             raise ConfigError(f"config key {key!r} must be at least 1, got {getattr(cfg, key)}")
     if cfg.lr <= 0:
         raise ConfigError(f"config key 'lr' must be positive, got {cfg.lr}")

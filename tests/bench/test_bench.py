@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -159,21 +158,3 @@ def test_bad_bench_options_stop_with_one_line_and_exit_2(argv, message, capsys):
     assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("convinit: error: ") and message in err and err.count("\n") == 1
-
-
-# gpu.sh's streamed ImageNet-style run, shrunk for the CPU: 2 classes x 4 JPEGs at 32 px, one worker
-TINY_STREAM_RUN = {"STREAM_CLASSES": "2", "STREAM_PER_CLASS": "4", "STREAM_WORKERS": "1", "STREAM_BATCH": "4",
-                   "STREAM_IMG_SIZE": "32", "STREAM_DEVICE": "cpu"}  # fmt: skip
-
-
-def test_gpu_script_runs_the_same_benchmark_on_the_cpu_path():
-    overrides = ["--device", "cpu", "--precision", "bf16", "--compile", "off", "--models", "convmixer", *TINY]
-    overrides += ["--no-timm", "--no-costs", "--epoch-images", "4", "--stream-workers", "0"]
-    done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "gpu.sh"), *overrides],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, **TINY_STREAM_RUN},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "bf16" in done.stdout and "one 4-image epoch, convmixer" in done.stdout
-    assert "streamed path" in done.stdout and "data: stream" in done.stderr  # the streamed ImageNet-style run

@@ -212,21 +212,21 @@ def test_rel_indices_are_a_non_persistent_buffer_that_follows_to():
     assert layer.rel_indices.device.type == "meta"
 
 
-def test_positional_map_is_cached_until_pos_proj_changes():
+def test_positional_map_follows_pos_proj_and_equals_its_linear_layer():
     layer = GPSA(dim=16, num_heads=4, grid=(4, 4))
     with torch.no_grad():
         first = layer.positional_attention()
-        assert layer.positional_attention() is first
-        layer.pos_proj.bias.data.add_(1.0)  # bypasses autograd's version counter on purpose
+        layer.pos_proj.weight.data.mul_(0.5)  # bypasses autograd's version counter
         second = layer.positional_attention()
-    assert second is not first
-    torch.testing.assert_close(second, layer._positional_map().detach())
+        expected = torch.softmax(layer.pos_proj(layer.rel_indices).permute(2, 0, 1), dim=-1)
+    assert not torch.allclose(first, second)
+    torch.testing.assert_close(second, expected)
 
 
 def test_positional_map_computed_once_per_forward_while_training():
     model = small_convit()
-    calls = mock.Mock(wraps=GPSA._positional_map)
-    with mock.patch.object(GPSA, "_positional_map", lambda self: calls(self)):
+    calls = mock.Mock(wraps=GPSA.positional_attention)
+    with mock.patch.object(GPSA, "positional_attention", lambda self: calls(self)):
         model(torch.randn(8, 3, 16, 16)).sum().backward()
     assert calls.call_count == 3  # one per GPSA layer, not per image
     assert gpsa_layers(model)[0].pos_proj.weight.grad is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,3 +36,28 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     # rank 0 alone wrote the run's files: one metrics row per epoch plus the initial row
     rows = (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 3
+    # each rank evaluated half of the test set and the sums were all-reduced: the whole set's figures
+    single_rows = [
+        json.loads(row) for row in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()
+    ]
+    for ours, theirs in zip(map(json.loads, rows), single_rows, strict=True):
+        assert abs(ours["test_acc"] - theirs["test_acc"]) <= 100 / 797 + 1e-9  # 797 test images: one may flip
+        assert abs(ours["test_loss"] - theirs["test_loss"]) < 1e-3
+
+
+def test_each_rank_draws_its_own_augmentations_and_an_epochs_draws_are_reproducible():
+    from convinit.train.rng import seed_everything, seed_rank_epoch
+
+    draws = []
+    for rank in (0, 1):
+        seed_everything(7, deterministic=False, rank=rank)
+        draws.append(torch.rand(4))
+    assert not torch.equal(draws[0], draws[1])
+    seed_everything(8, deterministic=False)  # timm's rule: seed + rank
+    assert torch.equal(torch.rand(4), draws[1])
+    epochs = []
+    for rank, epoch in ((0, 3), (1, 3), (0, 4), (0, 3)):
+        seed_rank_epoch(7, rank, epoch)
+        epochs.append(torch.rand(4))
+    assert torch.equal(epochs[0], epochs[3]) and not torch.equal(epochs[0], epochs[1])
+    assert not torch.equal(epochs[0], epochs[2])

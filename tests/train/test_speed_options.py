@@ -235,3 +235,26 @@ def test_model_without_a_kernel_for_the_autocast_dtype_is_told_to_use_fp32(tiny_
     message = str(info.value)
     assert "not under precision=fp16 autocast on cpu" in message and "use precision=fp32" in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("precision", "deterministic", "expected"),
+    [("auto", False, ("tf32", True)), ("tf32", False, ("tf32", True)), ("fp32", False, ("ieee", True)),
+     ("bf16", True, ("tf32", False))],
+)  # fmt: skip
+def test_cuda_uses_tf32_and_cudnn_benchmark_unless_fp32_or_deterministic_asks_otherwise(
+    precision, deterministic, expected, monkeypatch
+):
+    from convinit.train.device import autocast_dtype, configure_cuda_math
+
+    monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")  # restored after the test
+    monkeypatch.setattr(torch.backends.cudnn.conv, "fp32_precision", "ieee")
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    cfg = resolve_config(None, [f"precision={precision}", f"deterministic={str(deterministic).lower()}"])
+    configure_cuda_math(cfg, torch.device("cpu"))  # nothing changes off CUDA
+    assert torch.backends.cuda.matmul.fp32_precision == "ieee" and not torch.backends.cudnn.benchmark
+    configure_cuda_math(cfg, torch.device("cuda"))
+    state = (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.benchmark)
+    assert state == expected and torch.backends.cudnn.conv.fp32_precision == expected[0]
+    if precision in ("tf32", "fp32"):
+        assert autocast_dtype(cfg, torch.device("cuda")) is None  # both keep fp32 tensors

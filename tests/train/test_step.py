@@ -144,12 +144,13 @@ def test_the_fused_kernel_skips_where_found_inf_is_set(optimizer):
     assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters(), strict=True))
 
 
-def test_compile_mode_auto_captures_cuda_graphs_on_cuda_and_keeps_torchs_default_on_the_cpu():
+def test_compile_mode_auto_is_cuda_graphs_without_autotuning_on_one_gpu_and_torchs_default_elsewhere():
     from convinit.config import resolve_config
     from convinit.train.setup import compile_mode
 
     auto = resolve_config(None, ["compile=true"])
-    assert compile_mode(auto, torch.device("cuda")) == "max-autotune"
+    assert compile_mode(auto, torch.device("cuda")) == "reduce-overhead"
+    assert compile_mode(auto, torch.device("cuda"), distributed=True) == "default"
     assert compile_mode(auto, torch.device("cpu")) == "default"
-    chosen = resolve_config(None, ["compile=true", "compile_mode=max-autotune-no-cudagraphs"])
-    assert compile_mode(chosen, torch.device("cuda")) == "max-autotune-no-cudagraphs"
+    chosen = resolve_config(None, ["compile=true", "compile_mode=max-autotune"])
+    assert compile_mode(chosen, torch.device("cuda")) == "max-autotune"

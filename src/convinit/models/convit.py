@@ -14,8 +14,9 @@ ConViT state dict loads unchanged and gives the same logits.
 
 Differences from the official code, all output-preserving:
 - The positional map softmax(pos_proj(r)) is computed once per forward, shared by the batch, shape
-  (H, N, N); the official code recomputes pos_proj for every image. When pos_proj cannot change (no grad,
-  or frozen) the map is cached per grid, device and dtype, and recomputed when pos_proj's values change.
+  (H, N, N); the official code recomputes pos_proj for every image. It is not cached across forwards:
+  telling whether pos_proj changed would read the device (fused optimisers do not bump the version
+  counter), and the map costs H x N x N, a fraction of one image's attention.
 - The fast path is (1 - g) * SDPA(q, k, v) + g * (P_pos @ v). The official code divides A by its row sum;
   each row of A already sums to (1 - g) + g = 1, so this is a no-op in exact arithmetic and the fast path
   skips it. The explicit path (`record = True`, see `record_attention`) keeps it and stores the maps.
@@ -191,7 +192,6 @@ class GPSA(nn.Module):
         self.pos_proj = nn.Linear(3, num_heads)
         self.gating_param = nn.Parameter(torch.ones(num_heads))
         self.grid = (0, 0)
-        self._positional_cache: tuple[tuple, torch.Tensor] | None = None
         self.register_buffer("rel_indices", torch.zeros(0, 0, 3), persistent=False)
         self.set_grid(grid)
         self.record = False
@@ -210,7 +210,6 @@ class GPSA(nn.Module):
         rows, cols = grid
         self.grid = (rows, cols)
         self.rel_indices = relative_indices(rows, cols).to(self.qk.weight.device)  # (N, N, 3)
-        self._positional_cache = None
 
     @torch.no_grad()
     def local_init(self) -> None:
@@ -234,30 +233,14 @@ class GPSA(nn.Module):
     def positional_attention(self) -> torch.Tensor:
         """softmax(pos_proj(r)) over keys, shape (H, N, N), shared by every image of the batch.
 
-        While pos_proj trains it is recomputed once per forward (the graph must be fresh); otherwise
-        it is cached, keyed on grid, device, dtype and inference mode, and recomputed whenever the
-        values of pos_proj differ from those it was computed with (optimiser steps, loading weights).
+        Full precision even under autocast: logits reach -alpha * (dx^2 + dy^2) ~ -300 on a 14 x 14 grid,
+        where bfloat16 rounding (~1 unit) would visibly move the softmax. For the same reason pos_proj's
+        three inputs are summed element-wise rather than by a matmul, which TF32 would round to 10 bits.
         """
-        weight, bias = self.pos_proj.weight, self.pos_proj.bias
-        trainable = torch.is_grad_enabled() and (weight.requires_grad or bias.requires_grad)
-        if trainable:
-            return self._positional_map()
-        key = (self.grid, weight.device, weight.dtype, torch.is_inference_mode_enabled())
-        cache = self._positional_cache
-        if cache is not None:
-            (cached_key, cached_weight, cached_bias), positional = cache
-            if cached_key == key and torch.equal(cached_weight, weight) and torch.equal(cached_bias, bias):
-                return positional
-        with torch.no_grad():
-            positional = self._positional_map()
-            self._positional_cache = ((key, weight.detach().clone(), bias.detach().clone()), positional)
-        return positional
-
-    def _positional_map(self) -> torch.Tensor:
-        # Full precision even under autocast: logits reach -alpha * (dx^2 + dy^2) ~ -300 on a 14 x 14
-        # grid, where bfloat16 rounding (~1 unit) would visibly move the softmax.
         with torch.autocast(self.rel_indices.device.type, enabled=False):
-            logits = self.pos_proj(self.rel_indices.to(self.pos_proj.weight.dtype))  # (N, N, H)
+            weight, bias = self.pos_proj.weight, self.pos_proj.bias  # (H, 3), (H,)
+            r = self.rel_indices.to(weight.dtype)  # (N, N, 3)
+            logits = (r.unsqueeze(-2) * weight).sum(-1) + bias  # (N, N, H)
             return torch.softmax(logits.permute(2, 0, 1), dim=-1)  # (H, N, N)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -158,7 +158,8 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
         world_size=world_size,
         repeats=cfg.repeated_aug,
     )
-    test = DeviceLoader(dataset.test_images, dataset.test_labels, cfg.eval_batch_size, device)
+    shard = dict(rank=rank, world_size=world_size)  # under DDP each rank evaluates its shard of the test set
+    test = DeviceLoader(dataset.test_images, dataset.test_labels, cfg.eval_batch_size, device, **shard)
     augment = device_augmentation(cfg, dataset.mean, dataset.std, pair(img_size)).to(device)
     eval_transform = BatchAugment(dataset.mean, dataset.std, pair(img_size)).to(device)
     return DataSource("device", reason, train, test, augment, eval_transform, **common)
@@ -240,7 +241,9 @@ def stream_loaders(
         num_workers=workers,
         pin_memory=pin,
     )
-    test = StreamLoader(test_set, cfg.eval_batch_size, num_workers=workers, pin_memory=pin)
+    test = StreamLoader(  # under DDP each rank evaluates its shard (see train/evaluation.py)
+        test_set, cfg.eval_batch_size, rank=rank, world_size=world_size, num_workers=workers, pin_memory=pin
+    )
     return train, test
 
 

@@ -36,12 +36,26 @@ def resolve_device(name: str) -> torch.device:
 
 def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
     """The autocast dtype, None for full precision: `auto` is bf16 on CUDA and fp32 elsewhere; bf16 and
-    fp16 are used on any device (fp16 needs a GradScaler, see `train`)."""
+    fp16 are used on any device (fp16 needs a GradScaler, see `train`); fp32 and tf32 are not autocast
+    (tf32: fp32 tensors, TF32 tensor-core matmuls on CUDA, see `configure_cuda_math`)."""
     if cfg.precision == "fp16":
         return torch.float16
     if cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda"):
         return torch.bfloat16
     return None
+
+
+def configure_cuda_math(cfg: TrainConfig, device: torch.device) -> None:
+    """On CUDA: TF32 tensor cores for the fp32 matmuls and convolutions (the ones autocast leaves in fp32,
+    or all of them with `precision=tf32`) and cudnn.benchmark, which times the convolution algorithms
+    once per input shape (a run's shapes are fixed) and keeps the fastest; `deterministic=true` keeps
+    cudnn's default choice. `precision=fp32` keeps strict IEEE fp32 everywhere: the reference."""
+    if device.type != "cuda":
+        return
+    fp32 = "ieee" if cfg.precision == "fp32" else "tf32"
+    torch.backends.cuda.matmul.fp32_precision = fp32
+    torch.backends.cudnn.conv.fp32_precision = fp32
+    torch.backends.cudnn.benchmark = not cfg.deterministic
 
 
 def memory_format(cfg: TrainConfig) -> torch.memory_format:

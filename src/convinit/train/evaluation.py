@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel
@@ -16,8 +18,10 @@ from convinit.errors import ConfigError
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.train.data_source import build_data
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
+from convinit.train.distributed import DistributedContext
 from convinit.train.model_setup import build_model
 from convinit.train.ownership import reading_checkpoints
+from convinit.train.threads import set_run_threads
 
 
 @torch.no_grad()
@@ -27,25 +31,26 @@ def evaluate(
     transform: Callable[[torch.Tensor], torch.Tensor],
     dtype: torch.dtype | None,
     layout: torch.memory_format = torch.contiguous_format,
+    ddp: DistributedContext | None = None,
 ) -> tuple[float, float]:
     """Mean cross-entropy and accuracy (%) over the loader, in the training run's precision and layout;
-    the sums stay on the device and are read once at the end."""
+    the sums stay on the device and are read once at the end. Under DDP each rank evaluates its shard
+    of the test set (the loader's) and the sums are all-reduced, so every rank returns the whole set's."""
     model.eval()
-    totals, count = None, 0
+    device = next(itertools.chain(model.parameters(), model.buffers())).device
+    exact = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+    totals = torch.zeros(3, device=device, dtype=exact)  # loss sum, correct, samples
     for images, labels in loader:
         inputs = transform(images).contiguous(memory_format=layout)
         labels = labels.to(inputs.device, non_blocking=True)
         with torch.autocast(inputs.device.type, dtype=dtype, enabled=dtype is not None):
             logits = model(inputs)
-        batch = torch.stack(
-            [
-                F.cross_entropy(logits.float(), labels, reduction="sum"),
-                (logits.argmax(1) == labels).sum().float(),
-            ]
-        )
-        totals = batch if totals is None else totals + batch
-        count += len(labels)
-    loss, correct = totals.tolist()
+        correct = (logits.argmax(1) == labels).sum().to(exact)
+        loss = F.cross_entropy(logits.float(), labels, reduction="sum").to(exact)
+        totals += torch.stack([loss, correct, torch.full_like(correct, len(labels))])
+    if ddp is not None and ddp.enabled:
+        dist.all_reduce(totals)
+    loss, correct, count = totals.tolist()
     return loss / count, 100.0 * correct / count
 
 
@@ -71,6 +76,7 @@ def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -
             f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
         )
     cfg = load_config(run_dir / "config.yaml")
+    set_run_threads(cfg.threads, run_dir, resume=True)  # the run's own count: its sums, to the digit
     dev = resolve_device(device)
     data = build_data(cfg, dev)
     model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
@@ -88,3 +94,11 @@ def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -
         target.to(memory_format=torch.channels_last)
     loss, acc = evaluate(target, data.test, data.eval_transform, autocast_dtype(cfg, dev), memory_format(cfg))
     return {"checkpoint": str(checkpoint), "test_loss": loss, "test_acc": acc, "epoch": epoch}
+
+
+def evaluation_line(result: dict[str, float | str], ema: bool = False) -> str:
+    """`evaluate_run`'s result as `convinit eval` prints it: accuracy to 0.01 %, loss to 4 digits."""
+    weights = " EMA weights" if ema else ""
+    accuracy, loss = f"{result['test_acc']:.2f}%", f"{result['test_loss']:.4g}"
+    where = f"{result['checkpoint']}{weights} (epoch {result['epoch']})"
+    return f"{where}: test accuracy {accuracy}, test loss {loss}"

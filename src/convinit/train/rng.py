@@ -11,13 +11,26 @@ import numpy as np
 import torch
 
 
-def seed_everything(seed: int, deterministic: bool) -> None:
+def seed_everything(seed: int, deterministic: bool, rank: int = 0) -> None:
+    """Seed every generator with `seed + rank`, as timm does: under DDP each rank draws its own
+    augmentations (the data order has its own generator, seeded by `seed` alone, see data/loader.py)."""
+    seed = seed + rank
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.benchmark = False
+
+
+def seed_rank_epoch(seed: int, rank: int, epoch: int) -> None:
+    """Under DDP, every generator from (seed, rank, epoch) at each epoch start. Checkpoints hold rank 0's
+    generators and DDP checkpoints only at epoch ends, so this is what makes a resumed DDP run draw what
+    an uninterrupted one would on every rank, and keeps ranks apart after a resume."""
+    (state,) = np.random.SeedSequence([seed, rank, epoch]).generate_state(1)
+    random.seed(int(state))
+    np.random.seed(int(state))
+    torch.manual_seed(int(state))
 
 
 def rng_state() -> dict[str, Any]:

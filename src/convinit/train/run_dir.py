@@ -14,7 +14,14 @@ from pathlib import Path
 from convinit.errors import ConfigError
 from convinit.train.checkpoint import MANIFEST, list_checkpoints, prune
 
-RUN_FILES = ("metrics.jsonl", "metrics.csv", "finished.json", "init_report.json", "failed.json")
+RUN_FILES = (
+    "metrics.jsonl",
+    "metrics.csv",
+    "finished.json",
+    "init_report.json",
+    "failed.json",
+    "threads.json",
+)
 
 
 def check_run_dir_path(run_dir: Path) -> None:

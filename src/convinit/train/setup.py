@@ -21,7 +21,7 @@ from convinit.data import MixupCutmix
 from convinit.errors import ConfigError
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.train.data_source import DataSource, build_data
-from convinit.train.device import autocast_dtype, memory_format
+from convinit.train.device import autocast_dtype, configure_cuda_math, memory_format
 from convinit.train.distributed import DistributedContext, barrier
 from convinit.train.loggers import Trackers
 from convinit.train.metrics import MetricsLog
@@ -33,6 +33,7 @@ from convinit.train.run_dir import prepare_run_dir, refuse_if_all_damaged
 from convinit.train.state import TrainState
 from convinit.train.step import DeviceEMA, StepParts, StepTotals
 from convinit.train.teacher import load_teacher
+from convinit.train.threads import ThreadChoice, record_threads, set_run_threads
 
 TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
 
@@ -53,6 +54,7 @@ class Run:
     trackers: Trackers
     track_images: torch.Tensor
     checkpoint: Path | None  # the checkpoint resumed from, if any
+    threads: ThreadChoice | None = None  # torch's thread count in this process, and why
 
     @cached_property
     def steps_per_epoch(self) -> int:
@@ -72,12 +74,15 @@ def prepare_model(cfg: TrainConfig, data: DataSource, run_dir: Path, fresh: bool
     return model
 
 
-def compile_mode(cfg: TrainConfig, device: torch.device) -> str:
-    """`compile_mode=auto`: CUDA graphs on CUDA (the step reads nothing back, so they can replay it),
-    torch's default on the CPU, where max-autotune's kernel search costs minutes on a few cores."""
+def compile_mode(cfg: TrainConfig, device: torch.device, distributed: bool = False) -> str:
+    """`compile_mode=auto`: on one GPU, `reduce-overhead`: CUDA graphs replay the forward and backward
+    (the step reads nothing back, so nothing stops a replay) without max-autotune's minutes of kernel
+    search on the first step. Under DDP and on other devices torch's default: DDP splits the compiled
+    graph at its gradient buckets and all-reduces between the pieces, a combination with CUDA graphs
+    this project has not measured."""
     if cfg.compile_mode != "auto":
         return cfg.compile_mode
-    return "max-autotune" if device.type == "cuda" else "default"
+    return "reduce-overhead" if device.type == "cuda" and not distributed else "default"
 
 
 def step_parts(
@@ -88,7 +93,7 @@ def step_parts(
     net = DistributedDataParallel(model) if ddp.enabled else model  # DDP syncs weights from rank 0
     if cfg.compile:  # after DDP, so torch's DDPOptimizer splits graphs at gradient buckets; `model`
         net = torch.compile(
-            net, mode=compile_mode(cfg, device)
+            net, mode=compile_mode(cfg, device, ddp.enabled)
         )  # stays uncompiled for checkpoints, EMA, eval
     return StepParts(
         net=net,
@@ -123,8 +128,13 @@ def build_run(
         prepare_run_dir(run_dir, overwrite)
         save_config(cfg, run_dir / "config.yaml")
     barrier(ddp)
-    seed_everything(cfg.seed, cfg.deterministic)
+    seed_everything(cfg.seed, cfg.deterministic, ddp.rank)
+    configure_cuda_math(cfg, device)
+    threads = set_run_threads(cfg.threads, run_dir, resume)
     data = build_data(cfg, device, ddp.rank, ddp.world_size)
+    workers = getattr(data.train, "num_workers", 0)  # streamed: decoding processes share the cores
+    if workers:
+        threads = set_run_threads(cfg.threads, run_dir, resume, workers)
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if resume and checkpoint is None:
         refuse_if_all_damaged(run_dir)
@@ -148,13 +158,17 @@ def build_run(
         Trackers(cfg.logger if ddp.is_main else [], run_dir, cfg.to_dict()),
         track_images,
         checkpoint,
+        threads,
     )
     if checkpoint is not None:
         restore(run, checkpoint)
     elif ddp.is_main:
+        record_threads(run_dir, threads)  # a resume reads it back (see convinit.train.threads)
         run.log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
         run.trackers.log_init(model.init_report)
-        save_augmentation_preview(data, cfg.seed, run_dir / "augmentations.png")
+        grid = save_augmentation_preview(data, cfg.seed, run_dir / "augmentations.png")
+        run.trackers.log_image("augmentations", grid, 0)
+        run.trackers.log_attention("attention/init", model, track_images, 0)
     return run
 
 

@@ -67,15 +67,16 @@ class StepTotals:
     def add(
         self, loss: torch.Tensor, correct: torch.Tensor, count: int, bad: torch.Tensor, index: int
     ) -> None:
-        good = (~bad).to(self.sums.dtype)
+        # Python numbers enter as kernel arguments (a multiply, a fill), never as copied tensors: on CUDA
+        # `new_tensor(count)` is a blocking host-to-device copy, which drains the queue like a read.
+        correct = correct.to(self.sums.dtype)
         step = torch.stack(
-            [loss.detach().to(self.sums.dtype) * count, correct.to(self.sums.dtype), good.new_tensor(count)]
+            [loss.detach().to(self.sums.dtype) * count, correct, torch.full_like(correct, count)]
         )
-        self.sums += torch.where(bad, torch.zeros_like(step), step)
+        self.sums += torch.where(bad, 0.0, step)
         self.skipped += bad.long()
-        self.first_bad = torch.where(
-            bad & (self.first_bad < 0), self.first_bad.new_tensor(index), self.first_bad
-        )
+        first = bad & (self.first_bad < 0)
+        self.first_bad = torch.where(first, torch.full_like(self.first_bad, index), self.first_bad)
 
     def read(self) -> dict[str, float | int]:
         """Every total in one device-to-host read."""
@@ -155,7 +156,8 @@ def update(
     """Apply the step unless it is non-finite. Returns (skipped, weights updated) as device flags."""
     if parts.scaler.is_enabled():
         skipped, updated = update_fp16(parts, grad_norm, loss_finite)
-        return torch.tensor(skipped, device=grad_norm.device), torch.tensor(updated, device=grad_norm.device)
+        device = grad_norm.device  # fills, not copies (fp16 has read the device already)
+        return torch.full((), skipped, device=device), torch.full((), updated, device=device)
     bad = ~(torch.isfinite(grad_norm) & loss_finite)
     if parts.fused:  # the fused kernel skips the update where found_inf is set: no read
         parts.optimizer.grad_scale, parts.optimizer.found_inf = None, bad.float()
@@ -177,8 +179,11 @@ def train_step(
     parts.scaler.scale(loss).backward()
     parts.scaler.unscale_(parts.optimizer)  # clip and check the true gradients, not the scaled ones
     grad_norm = nn.utils.clip_grad_norm_(parts.model.parameters(), parts.clip_grad or math.inf)
-    loss_finite = torch.isfinite(loss.detach()) if parts.check_loss else torch.ones((), dtype=torch.bool)
-    bad, updated = update(parts, grad_norm, loss_finite.to(grad_norm.device))
+    if parts.check_loss:
+        loss_finite = torch.isfinite(loss.detach())
+    else:  # made on the device (a fill): a CPU tensor moved there would be a blocking copy
+        loss_finite = torch.ones((), dtype=torch.bool, device=grad_norm.device)
+    bad, updated = update(parts, grad_norm, loss_finite)
     parts.scheduler.step()
     if parts.ema is not None:
         parts.ema.update_parameters(parts.model, updated)

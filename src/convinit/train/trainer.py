@@ -39,6 +39,7 @@ from convinit.train.distributed import (
 from convinit.train.evaluation import evaluate, run_trackers
 from convinit.train.model_setup import validate
 from convinit.train.ownership import own_run_dir
+from convinit.train.rng import seed_rank_epoch
 from convinit.train.run_dir import check_run_dir_path
 from convinit.train.setup import Run, build_run
 from convinit.train.signals import RunInterrupted, stop_at_step_boundary, stop_outside_the_loop
@@ -122,9 +123,11 @@ def train_owned(
     device, ddp = distributed_device(cfg, run_dir)
     run = build_run(cfg, Path(run_dir) if run_dir else new_run_dir(cfg), resume, overwrite, ddp, device)
     if ddp.is_main and progress:
-        print(f"data: {run.data.mode} ({run.data.reason})", file=sys.stderr)
-    if run.checkpoint is None and ddp.is_main and cfg.eval_every:
-        run.log.append({"epoch": 0, **evaluation_row(run)})  # the model at initialisation
+        print(f"data: {run.data.mode} ({run.data.reason}); {run.threads.line()}", file=sys.stderr)
+    if run.checkpoint is None and cfg.eval_every:  # every rank evaluates its shard of the test set
+        row = {"epoch": 0, **evaluation_row(run)}  # the model at initialisation
+        if ddp.is_main:
+            run.log.append(row)
     total = cfg.epochs * run.steps_per_epoch
     done = run.state.epoch * run.steps_per_epoch + run.state.step
     bar = tqdm(
@@ -139,6 +142,7 @@ def train_owned(
         for epoch in range(run.state.epoch, cfg.epochs):
             train_epoch(run, epoch, bar, stop)
             end_epoch(run, epoch, stop)
+    run.trackers.log_attention("attention/trained", run.model, run.track_images, total)
     run.trackers.close()
     rows = run.log.rows()
     if ddp.is_main:
@@ -150,6 +154,8 @@ def train_epoch(run: Run, epoch: int, bar: tqdm, stop: dict[str, int | None]) ->
     """The steps of one epoch (from where an interrupted run stopped), reading the device every
     `log_every` steps; a signal stops the run at the next step boundary with a checkpoint."""
     first = run.state.step if epoch == run.state.epoch else 0
+    if run.ddp.enabled:
+        seed_rank_epoch(run.cfg.seed, run.ddp.rank, epoch)
     run.data.train.set_epoch(epoch)
     run.data.train.start_batch = first
     run.parts.net.train()
@@ -216,7 +222,7 @@ def diverged(run: Run, first_bad: int, skipped: int) -> Exception:
 
 def evaluation_row(run: Run) -> dict[str, float]:
     """Test loss and accuracy (and the EMA's), and the trackers' figures, of the model as it is now."""
-    args = (run.data.test, run.data.eval_transform, run.parts.dtype, run.parts.layout)
+    args = (run.data.test, run.data.eval_transform, run.parts.dtype, run.parts.layout, run.ddp)
     row = dict(zip(("test_loss", "test_acc"), evaluate(run.model, *args), strict=True))
     if run.parts.ema is not None:
         row.update(zip(("ema_test_loss", "ema_test_acc"), evaluate(run.parts.ema.module, *args), strict=True))
@@ -256,5 +262,4 @@ def end_epoch(run: Run, epoch: int, stop: dict[str, int | None]) -> None:
 
 
 def stopped(run: Run, checkpoint: Path | None, signum: int) -> None:
-    print(f"stopped: checkpoint {checkpoint}; continue with `convinit train --resume {run.run_dir}`")
-    raise RunInterrupted(signum, checkpoint)
+    raise RunInterrupted(signum, checkpoint)  # `stop_outside_the_loop` says how to continue
