@@ -425,6 +425,13 @@ def resolve_config(
     collide with an override adapt to it (a warm-up as long as a shortened run is scaled down)."""
     values = load_preset(preset or "default")
     extra = parse_overrides(overrides) if isinstance(overrides, list) else (overrides or {})
+    model = extra.get("model")
+    if isinstance(model, str) and model.startswith(("timm:", "hf:")) and values.get("model_args"):
+        # the preset's model_args are its own model's (dim, depth...): a timm / transformers model
+        # starts from its own defaults
+        print(f"convinit: model {model}: the preset's model_args (for {values.get('model')}) are not used",
+              file=sys.stderr)  # fmt: skip
+        values = {key: value for key, value in values.items() if key != "model_args"}
     return build_config(merge(values, extra), set(extra), preset or "default")
 
 

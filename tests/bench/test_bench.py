@@ -105,6 +105,8 @@ def test_bench_json_has_every_figure_the_benchmarks_page_quotes(capsys, tmp_path
     assert result["pipeline"]["images_per_s"] > 0
     assert result["stream"]["images_per_s"]["0"] > 0 and result["stream"]["img_size"] == 224
     assert result["impulse_init"]["closed_form"]["mean_mass"] > 0.7  # pseudo-input; the default aims at 0.8
+    fitted = result["impulse_init"]["closed_form_images"]  # fitted on 64 real images
+    assert fitted["images"] == 64 and fitted["held_out_mass"] > 0.6 and fitted["seconds"] > 0
     assert result["gpsa"]["gpsa_ms"] > 0 and result["matmul"]["tflop_per_s"] > 0
     assert result["machine"]["torch"] == torch.__version__
 

@@ -15,11 +15,11 @@ from convinit.data.randaugment import (
     GEOMETRIC_OPS,
     PIXEL_OPS,
     BatchRandAugment,
-    TorchvisionRandAugment,
     affine_matrix,
     pixel_op,
     warp,
 )
+from convinit.data.randaugment_torchvision import TorchvisionRandAugment
 
 FILL = (124, 116, 104)
 
@@ -83,7 +83,7 @@ def test_every_sample_draws_its_own_operations_each_applied_with_probability_one
     assert len({tuple(o.flatten()[:20].tolist()) for o in out[~unchanged]}) > 50
 
 
-def test_torchvision_policy_equals_torchvisions_randaugment_sample_by_sample():
+def test_torchvision_policy_equals_torchvisions_randaugment_for_a_single_image():
     from torchvision.transforms import RandAugment
 
     image = torch.randint(
@@ -119,11 +119,89 @@ def test_batch_augment_refuses_an_unknown_randaugment_policy():
         BatchAugment((0.5,), (0.25,), train=True, randaugment_n=2, randaugment_policy="kornia")
 
 
-def test_the_accelerators_path_without_host_reads_gives_the_cpu_paths_result():
-    augment = BatchRandAugment(2, 9, 0.5, fill=(0.4, 0.5, 0.6))
-    x = torch.rand(64, 3, 16, 16)
-    torch.manual_seed(3)
-    selected = augment(x)
-    augment.apply_on_selected = augment.apply_everywhere  # what a CUDA batch runs
-    torch.manual_seed(3)
-    assert torch.equal(augment(x), selected)
+@pytest.mark.parametrize("channels", [3, 1])
+def test_the_grouped_read_free_round_equals_the_per_operation_round_for_the_same_draws(channels):
+    """What an accelerator runs (value maps, one blend, one resampling for the whole batch) against what
+    the CPU runs (each operation on the samples that drew it): the same draws, the same pixels."""
+    x = torch.rand(1, channels, 8, 8).repeat(256, 1, 2, 3)  # smooth-ish 16x24 images with flat areas
+    x = (x + 0.2 * torch.rand_like(x)).clamp(0, 1)
+    x[:8] = 0.5  # flat images: AutoContrast and Equalize keep them
+    fill = (0.4, 0.5, 0.6)[:channels]
+    for seed in range(3):
+        outputs = []
+        for read_free in (False, True):
+            torch.manual_seed(seed)
+            outputs.append(BatchRandAugment(2, 9, 0.5, prob=0.9, fill=fill, read_free=read_free)(x))
+        assert torch.equal(outputs[0], outputs[1]), seed
+
+
+@pytest.mark.parametrize("name", GEOMETRIC_OPS + PIXEL_OPS)
+def test_each_operation_alone_is_the_same_grouped_as_per_operation(name):
+    x = (torch.rand(1, 3, 6, 6).repeat(32, 1, 3, 3) * 0.8 + 0.1).round(decimals=2)
+    results = []
+    for read_free in (False, True):
+        torch.manual_seed(0)
+        augment = BatchRandAugment(
+            1, 9, 0.5, prob=0.5, fill=(0.4, 0.5, 0.6), ops=(name,), read_free=read_free
+        )
+        results.append(augment(x))
+    assert torch.equal(results[0], results[1])
+    assert not torch.equal(results[0], (x * 255).round() / 255)  # the operation did something
+
+
+def test_accelerators_run_the_grouped_round_and_the_cpu_the_per_operation_one(monkeypatch):
+    augment, calls = BatchRandAugment(1, 9), []
+    monkeypatch.setattr(augment, "grouped_round", lambda x, *_: calls.append("grouped") or x)
+    monkeypatch.setattr(augment, "per_op_round", lambda x, *_: calls.append("per op") or x)
+    augment(torch.rand(2, 3, 4, 4))
+    with torch.device("meta"):
+        augment(torch.rand(2, 3, 4, 4))
+    assert calls == ["per op", "grouped"]
+
+
+def torchvision_per_image(images: torch.Tensor, draws, magnitude: int) -> torch.Tensor:
+    """torchvision's own operations, image by image, with the batch's draws."""
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.autoaugment import _apply_op
+
+    augment = TorchvisionRandAugment(len(draws), magnitude)
+    out = []
+    for i, image in enumerate(images):
+        for op, negate in draws:
+            space = augment.reference._augmentation_space(31, tuple(image.shape[-2:]))
+            name = list(space)[op[i]]
+            magnitudes, signed = space[name]
+            value = float(magnitudes[magnitude]) if magnitudes.ndim > 0 else 0.0
+            value = -value if signed and negate[i] else value
+            image = _apply_op(image, name, value, InterpolationMode.NEAREST, None)
+        out.append(image)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_torchvision_policy_batch_equals_torchvisions_operations_image_by_image(channels):
+    generator = torch.Generator().manual_seed(channels)
+    images = torch.randint(0, 256, (1, channels, 6, 5), generator=generator, dtype=torch.uint8)
+    images = images.repeat(96, 1, 3, 4)  # 18x20 with repeated structure; some flat images too
+    images = (images.float() * torch.rand(96, 1, 1, 1, generator=generator)).to(torch.uint8)
+    images[:4] = 77
+    augment = TorchvisionRandAugment(num_ops=2, magnitude=14)
+    torch.manual_seed(5)
+    draws = [augment.draw(len(images), images.device) for _ in range(2)]
+    torch.manual_seed(5)
+    got = (augment(images.float() / 255) * 255).round().to(torch.uint8)
+    assert torch.equal(got, torchvision_per_image(images, draws, 14))
+
+
+def test_batched_equalize_equals_torchvisions_equalize_per_image():
+    from torchvision.transforms.functional import equalize as torchvision_equalize
+
+    from convinit.data.randaugment import equalize
+
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (24, 3, 12, 10), generator=generator, dtype=torch.uint8)
+    images[:8] = images[:8] // 37  # few distinct values
+    images[8:12] = 200  # flat: equalize keeps them
+    images[12:16, :, :6] = 0  # a dominant value
+    expected = torch.stack([torchvision_equalize(image) for image in images])
+    assert torch.equal(equalize(images.float()).to(torch.uint8), expected)

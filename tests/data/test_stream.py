@@ -18,6 +18,7 @@ from convinit.data.stream import (
     choose_data_mode,
     epoch_order,
     sample_seed,
+    sample_seeds,
     seed_sample,
 )
 
@@ -53,18 +54,41 @@ def streamed(root: Path, split: str = "train", **recipe) -> StreamingImages:
     return StreamingImages(paths, labels, transform)
 
 
-def test_train_transform_is_timms_deit_transform(imagenet_style):
-    data = streamed(imagenet_style)
+def test_train_transform_then_the_device_half_is_timms_deit_transform(imagenet_style):
+    """Workers ship uint8 (crop, flip, RandAugment); the device normalises: together timm's transform."""
+    recipe = StreamRecipe(img_size=32, mean=MEAN, std=STD)
+    data, finish = streamed(imagenet_style), recipe.device_augment(train=False)
     reference = timm_data.create_transform(
-        (3, 32, 32), is_training=True, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25, re_mode="pixel",
+        (3, 32, 32), is_training=True, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.0,
         interpolation="bicubic", mean=MEAN, std=STD,
     )  # fmt: skip
     for index in range(5):
         ours, _ = data[index, 1234 + index]
+        assert ours.dtype == torch.uint8 and ours.shape == (3, 32, 32)
         seed_sample(1234 + index)
         with Image.open(data.source[index]) as img:
             theirs = reference(img.convert("RGB"))
-        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+        torch.testing.assert_close(finish(ours[None])[0], theirs, rtol=0, atol=0)
+
+
+def test_the_device_half_of_training_erases_as_timm_with_per_pixel_noise():
+    recipe = StreamRecipe(img_size=16, mean=MEAN, std=STD, random_erasing=1.0)
+    images = torch.full((64, 3, 16, 16), 128, dtype=torch.uint8)
+    torch.manual_seed(0)
+    out = recipe.device_augment(train=True)(images)
+    plain = recipe.device_augment(train=False)(images)
+    erased = (out != plain).any(dim=1)  # (B, H, W)
+    assert erased.any(dim=(1, 2)).float().mean() > 0.9  # probability 1, unless no attempt fits
+    assert torch.equal(out[~erased.unsqueeze(1).expand_as(out)], plain[~erased.unsqueeze(1).expand_as(out)])
+
+
+def test_per_sample_seeds_are_distinct_and_depend_only_on_seed_epoch_and_position():
+    positions = np.arange(200_000)
+    seeds = sample_seeds(7, 3, positions)
+    assert len(np.unique(seeds)) == len(seeds) and (seeds >= 0).all()
+    assert sample_seed(7, 3, 12345) == seeds[12345]
+    assert not np.array_equal(sample_seeds(7, 4, positions[:100]), seeds[:100])
+    assert not np.array_equal(sample_seeds(8, 3, positions[:100]), seeds[:100])
 
 
 def test_images_of_any_size_come_out_cropped_and_each_sample_differently(imagenet_style):
@@ -80,12 +104,13 @@ def test_evaluation_resizes_the_short_side_by_crop_pct_then_centre_crops(imagene
     from torchvision.transforms import functional as F
 
     data = streamed(imagenet_style, split="test")
+    finish = StreamRecipe(img_size=32, mean=MEAN, std=STD).device_augment(train=False)
     for index in range(3):
         ours, _ = data[index, 0]
         with Image.open(data.source[index]) as img:
             resized = F.resize(img.convert("RGB"), int(32 / 0.875), InterpolationMode.BICUBIC)
             expected = F.normalize(F.to_tensor(F.center_crop(resized, [32, 32])), MEAN, STD)
-        torch.testing.assert_close(ours, expected)
+        torch.testing.assert_close(finish(ours[None])[0], expected)
 
 
 def test_without_repeats_an_epoch_is_a_seeded_permutation_cut_and_dealt_to_ranks():
@@ -158,3 +183,17 @@ def test_posterize_at_full_magnitude_gives_black_instead_of_failing():
     for seed in range(50):
         seed_sample(seed)
         transform(image)
+
+
+def test_sampled_statistics_are_the_pixel_statistics_of_the_sampled_images(imagenet_style):
+    from convinit.data.stream import sampled_statistics
+
+    def pixels(paths):
+        return np.concatenate([np.asarray(Image.open(p).convert("RGB")).reshape(-1, 3) / 255 for p in paths])
+
+    paths = folder_splits(imagenet_style).train_paths  # 60 small images: all sampled, none reduced
+    mean, std = sampled_statistics(paths, 3)
+    np.testing.assert_allclose(mean, pixels(paths).mean(0), rtol=1e-9)
+    np.testing.assert_allclose(std, pixels(paths).std(0), rtol=1e-9)
+    few, _ = sampled_statistics(paths, 3, count=6)  # every tenth image
+    np.testing.assert_allclose(few, pixels(paths[::10]).mean(0), rtol=1e-9)

@@ -53,3 +53,17 @@ def test_in_jupyter_without_ipywidgets_the_bar_is_text_and_nothing_warns():
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["tqdm.asyncio", "[]"]  # tqdm.auto's text bar (not tqdm.notebook)
+
+
+@pytest.mark.slow  # two ViT-Ti fits and the transformers import in a subprocess: a minute, busy cores
+def test_own_vit_example_initialises_timm_and_transformers_vits_on_real_images():
+    pytest.importorskip("timm")
+    pytest.importorskip("transformers")
+    command = [sys.executable, str(EXAMPLES / "own_vit.py"), "--no-train"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["timm", "transformers"]
+    for line in lines:  # "... 0.79 on the 42 images fitted on, 0.85 on 16 held apart ..."
+        held = float(line.split(" held apart")[0].split(", ")[-1].split(" on ")[0])
+        assert held >= 0.6, line

@@ -212,3 +212,4 @@ def test_rows_that_fail_in_child_processes_are_recorded_with_the_childs_message(
     assert all(what.startswith("failed: dataset 'fashion-mnist'") for what in outcome.values()), outcome
     reason = json.loads((tmp_path / "out" / "adamw" / "seed0" / "failed.json").read_text())["reason"]
     assert reason.startswith(f"dataset 'fashion-mnist': {tmp_path / 'nowhere'} does not exist")
+

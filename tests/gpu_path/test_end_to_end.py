@@ -13,15 +13,12 @@ from __future__ import annotations
 
 from unittest import mock
 
-import pytest
-
 from convinit.bench.stream import fabricate_folder
 from convinit.config import resolve_config
 from convinit.train import trainer
 from tests.gpu_path.fake_cuda import CUDA, DeviceAudit, describe, fake_cuda
 
 
-@pytest.mark.xfail(strict=True, reason="streamed labels stay on the host; fixed on the augmentation branch")
 def test_convinit_train_on_a_streamed_folder_steps_without_waiting_on_the_fake_gpu(tmp_path):
     folder = fabricate_folder(tmp_path / "images", classes=2, per_class=4, val_per_class=2)
     data = [f"data_dir={folder}", "data_mode=stream", "data_budget_gb=1", "workers=0", "repeated_aug=1"]

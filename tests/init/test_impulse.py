@@ -165,7 +165,7 @@ def test_timm_vision_transformer_patch_token_maps_become_impulse_convolutions():
     model = timm_vit.VisionTransformer(
         img_size=16, patch_size=2, in_chans=1, num_classes=3, embed_dim=64, depth=2, num_heads=4
     )  # fmt: skip  (class token, learnable pos_embed)
-    options = dict(kernel_size=3, sincos_pos_embed=True, pseudo_input="LN(P)", target_mass=0.95)
+    options = dict(kernel_size=3, learned_pos_embed="sincos", pseudo_input="LN(P)", target_mass=0.95)
     report = initialize(model, "impulse", seed=0, **options)
     assert report["mean_mass"] >= 0.9 and report["mean_argmax_agreement"] == 1.0
     # check independently: norm1(patch rows of pos_embed) through the fused qkv (biases included)
@@ -188,7 +188,7 @@ def test_timm_eva_maps_from_its_own_q_bias_become_impulse_convolutions():
     model = eva.Eva(**shape, qkv_bias=True, use_rot_pos_emb=False)  # q_bias, k_bias apart from the qkv
     with torch.no_grad():
         model.blocks[1].attn.q_bias.normal_()  # as if trained: the fit must zero it
-    options = dict(kernel_size=3, sincos_pos_embed=True, pseudo_input="LN(P)", target_mass=0.95)
+    options = dict(kernel_size=3, learned_pos_embed="sincos", pseudo_input="LN(P)", target_mass=0.95)
     report = initialize(model, "impulse", seed=0, **options)
     assert report["mean_mass"] >= 0.9 and report["mean_argmax_agreement"] == 1.0
     block, attn = model.blocks[1], model.blocks[1].attn

@@ -65,11 +65,13 @@ def test_real_pass_figures_are_what_record_attention_shows_on_the_same_images(qk
     torch.manual_seed(0)
     model = create_model("simplevit", num_classes=10, qk_input=qk_input, alpha=alpha, **DIGITS_VIT)
     report = initialize(model, "impulse", images=fit, seed=0)
-    real = report["real_pass"]
-    reported = [h["mass"] for layer in real["layers"] for h in layer["heads"]]
-    expected = [mass for layer in mass_by_definition(model, fit, report) for mass in layer]
-    assert reported == pytest.approx(expected, abs=1e-5)
-    assert real["images"] == 32 and real["qk_input"] == ("LN(x + P)" if qk_input == "x" else real["qk_input"])
+    real, held = report["real_pass"], report["real_pass_held_out"]
+    assert (real["images"], held["images"]) == (24, 8)  # the last quarter of the batch is held apart
+    for part, images in ((real, fit[:24]), (held, fit[24:])):
+        reported = [h["mass"] for layer in part["layers"] for h in layer["heads"]]
+        expected = [mass for layer in mass_by_definition(model, images, report) for mass in layer]
+        assert reported == pytest.approx(expected, abs=1e-5)
+    assert real["qk_input"] == ("LN(x + P)" if qk_input == "x" else real["qk_input"])
     assert 0 <= real["mean_entropy"] <= 1 and real["mean_distance"] > 0
 
 
@@ -103,5 +105,6 @@ def test_trainer_writes_real_pass_figures_of_its_training_images_into_init_repor
     overrides = [*tiny_overrides, "init=impulse", "model_args.qk_input=blend", "model_args.alpha=0.1"]
     train(resolve_config(None, overrides), run_dir=tmp_path / "run", progress=False)
     report = json.loads((tmp_path / "run" / "init_report.json").read_text())
-    assert report["real_pass"]["images"] == 64 and "LN(x)" in report["real_pass"]["qk_input"]
+    assert report["real_pass"]["images"] + report["real_pass_held_out"]["images"] == 64
+    assert "LN(x)" in report["real_pass"]["qk_input"]
     assert report["real_pass"]["mean_mass"] > 0.5

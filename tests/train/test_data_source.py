@@ -119,3 +119,14 @@ def test_a_device_run_writes_a_grid_of_its_augmented_samples(tmp_path, tiny_over
     run = train(cfg, run_dir=tmp_path / "run", progress=False)
     with Image.open(run.run_dir / "augmentations.png") as grid:
         assert grid.size == (8 * 66 + 2, 4 * (66 + 14) + 2)  # digits: 8 px enlarged 8 times, 2 px padding
+
+
+def test_a_streamed_folder_is_normalised_by_its_own_statistics_as_on_the_device(jpeg_folder):
+    """Whichever path `auto` picks, the same folder trains with (about) the same normalisation."""
+    streamed = build_data(folder_config(jpeg_folder, "data_budget_gb=0.00001"), CPU)
+    resident = build_data(folder_config(jpeg_folder, "data_budget_gb=1"), CPU)
+    assert (streamed.mode, resident.mode) == ("stream", "device")
+    np.testing.assert_allclose(streamed.mean, resident.mean, atol=0.01)  # the device path resizes first
+    images, _ = next(iter(streamed.test))
+    inputs = streamed.eval_transform(images)
+    assert abs(float(inputs.mean())) < 0.1  # centred by the statistics it records

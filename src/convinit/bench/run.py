@@ -250,6 +250,7 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
         say("timing impulse init and GPSA")
         result["impulse_init"] = {
             "closed_form": costs.closed_form_impulse(),
+            "closed_form_images": costs.closed_form_impulse(images=64),
             "optimizer": costs.optimizer_impulse(),
         }
         result["gpsa"] = costs.gpsa_cost(batch_size, device, dtype)

@@ -51,6 +51,7 @@ def format_result(result: dict[str, Any]) -> str:
             f"impulse init, closed form, all of {closed['model']}: {closed['seconds']:.2f} s "
             f"(kernel {closed['kernel_size']}, mass {closed['mean_mass']:.3f}, "
             f"argmax {closed['argmax_agreement']:.3f})",
+            *fitted_on_images_line(result["impulse_init"].get("closed_form_images")),
             f"impulse init, paper's optimiser, one layer: {1e3 * optimizer['seconds_per_step']:.1f} ms/step, "
             f"{optimizer['projected_paper_seconds_per_layer']:.0f} s per layer for 10,000 steps",
             f"GPSA layer fwd+bwd {gpsa['gpsa_ms']:.1f} ms vs MHSA {gpsa['mhsa_ms']:.1f} ms "
@@ -61,3 +62,15 @@ def format_result(result: dict[str, Any]) -> str:
     lines += [f"note: {note}" for note in result.get("notes", [])]
     lines.append(f"\ntotal {result['seconds']:.0f} s")
     return "\n".join(lines)
+
+
+def fitted_on_images_line(fit: dict | None) -> list[str]:
+    """The closed form fitted on real images: time and real-pass mass (fitted / held-apart images)."""
+    if fit is None:
+        return []
+    return [
+        f"impulse init, closed form fitted on {fit['images']} {fit['dataset']} images, "
+        f"all of {fit['model']}: "
+        f"{fit['seconds']:.2f} s with {fit['threads']} threads (real-pass mass {fit['real_pass_mass']:.3f} "
+        f"fitted, {fit['held_out_mass']:.3f} held apart)"
+    ]

@@ -1,8 +1,9 @@
 """Batch augmentation on the training device, per sample, with no per-image Python.
 
-Training pipeline: uint8 -> float [0, 1] -> optional resize -> random crop with padding (kornia) ->
-horizontal flip (kornia) -> RandAugment -> normalise by the dataset's mean/std -> random erasing; then
-mixup/cutmix on the batch. Evaluation: uint8 -> float -> optional resize -> normalise.
+Training pipeline: uint8 -> float [0, 1] -> optional resize -> random crop with padding (by hand,
+drawn on the device) or random resized crop (kornia) -> horizontal flip (kornia) -> RandAugment ->
+normalise by the dataset's mean/std -> random erasing; then mixup/cutmix on the batch. Evaluation:
+uint8 -> float -> optional resize -> normalise.
 
 RandAugment follows the definitions a preset names (`randaugment_policy`): timm's (DeiT's recipe: m on a
 0-10 scale, each operation applied with probability 0.5, magnitude noise `mstd`) or torchvision's
@@ -19,7 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from convinit.data.randaugment import BatchRandAugment, TorchvisionRandAugment
+from convinit.data.randaugment import BatchRandAugment
+from convinit.data.randaugment_torchvision import TorchvisionRandAugment
 
 RANDAUGMENT_POLICIES = ("timm", "torchvision")
 # timm's RandomErasing defaults, as DeiT uses them: area 2 %-33 %, aspect ratio 0.3-3.3, 10 attempts.
@@ -51,6 +53,19 @@ def random_erasing(x: torch.Tensor, prob: float) -> torch.Tensor:
     inside = inside & (cols >= left.view(-1, 1, 1)) & (cols < (left + width).view(-1, 1, 1))
     box = (inside & erase.view(-1, 1, 1)).unsqueeze(1)  # (B, 1, H, W)
     return torch.where(box, torch.randn_like(x), x)
+
+
+def padded_random_crop(x: torch.Tensor, padding: int) -> torch.Tensor:
+    """torchvision's RandomCrop(size, padding) per sample: zero padding, then the crop at an offset drawn
+    uniformly in [0, 2 padding] on each axis. Drawn on the batch's device and cut by two gathers:
+    kornia's RandomCrop draws on the CPU and copies five parameter tensors to the device each batch."""
+    b, c, h, w = x.shape
+    padded = F.pad(x, (padding,) * 4)  # (B, C, H + 2p, W + 2p)
+    top, left = torch.randint(0, 2 * padding + 1, (2, b, 1, 1, 1), device=x.device)
+    rows = top + torch.arange(h, device=x.device).view(1, 1, h, 1)  # (B, 1, H, 1)
+    cols = left + torch.arange(w, device=x.device).view(1, 1, 1, w)  # (B, 1, 1, W)
+    out = padded.gather(2, rows.expand(b, c, h, w + 2 * padding))  # (B, C, H, W + 2p)
+    return out.gather(3, cols.expand(b, c, h, w))
 
 
 def rand_augment(policy: str, n: int, m: float, mstd: float, mean: tuple[float, ...]) -> nn.Module:
@@ -87,7 +102,6 @@ class BatchAugment(nn.Module):
         self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
         self.out_size = tuple(out_size) if out_size else None
         self.train_mode = train
-        self.crop, self.crop_size = None, None
         self.flip = K.RandomHorizontalFlip() if train and hflip else None
         self.crop_padding = crop_padding if train else 0
         self.resized_crop_scale = resized_crop_scale if train else None
@@ -100,12 +114,7 @@ class BatchAugment(nn.Module):
         self.random_erasing = random_erasing if train else 0.0
 
     def random_crop(self, x: torch.Tensor) -> torch.Tensor:
-        size = tuple(x.shape[-2:])
-        if self.crop is None or self.crop_size != size:  # built on first use: the input size is known then
-            import kornia.augmentation as K
-
-            self.crop, self.crop_size = K.RandomCrop(size, padding=self.crop_padding), size
-        return self.crop(x)
+        return padded_random_crop(x, self.crop_padding)
 
     def random_resized_crop(self, x: torch.Tensor) -> torch.Tensor:
         """DeiT's RandomResizedCrop (area scale [s, 1], aspect ratio 3/4-4/3, bicubic), per sample."""

@@ -5,18 +5,27 @@ The device-resident path (`data/loader.py`) decodes a whole dataset once; ImageN
 workers decode and augment each one on its own, with timm's transforms: the reference that DeiT's (and
 ConViT's) recipe is defined by, used as they are rather than re-implemented (SPEC section 5).
 
+The split is timm's own prefetcher split (`create_transform(use_prefetcher=True)`): workers crop, flip
+and apply RandAugment, and ship uint8 (a quarter of float32's bytes); normalisation and random erasing
+run on the training device on the whole batch (`StreamRecipe.device_augment`, `data/augment.py`).
+Batches reach the device one step ahead: on CUDA the copy from pinned memory runs on a side stream that
+the training stream waits on by an event, never on the host. One DataLoader, with persistent workers,
+serves every epoch.
+
 Two properties make a streamed run resumable exactly:
 - The order of an epoch depends only on (seed, epoch): the same permutation as `DeviceLoader`, then
   DeiT's repeated augmentation through timm's `RepeatAugSampler` (each image `repeats` times per epoch,
   its copies on different ranks, the epoch no longer).
 - Each sample's random augmentation is seeded by (seed, epoch, its position in the epoch), never by the
   worker that happens to load it, so a run resumed mid-epoch, or read with another number of workers,
-  sees the same crops as an uninterrupted one.
+  sees the same crops as an uninterrupted one. Random erasing, on the device, draws from the run's own
+  generator, which checkpoints save, as on the device-resident path.
 """
 
 from __future__ import annotations
 
 import random
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn as nn
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 # DeiT's RandAugment string (timm's 0-10 magnitude scale; "inc1": the magnitude-increasing ops).
 DEIT_RANDAUGMENT = "rand-m9-mstd0.5-inc1"
@@ -38,7 +48,8 @@ class StreamRecipe:
     """The per-sample transforms of a streamed run, in timm's terms (`timm.data.create_transform`).
 
     `randaugment` is a timm RandAugment string (`rand-m9-mstd0.5-inc1`) or None; `random_erasing` is
-    the probability of timm's RandomErasing with per-pixel random values (`re_mode='pixel'`).
+    the probability of timm's RandomErasing with per-pixel random values (`re_mode='pixel'`). The
+    per-sample transforms give uint8 (C, H, W) tensors; `device_augment` finishes them on the device.
     """
 
     img_size: int
@@ -54,12 +65,14 @@ class StreamRecipe:
     crop_pct: float = DEIT_CROP_PCT
 
     def train_transform(self) -> Callable[[Image.Image], torch.Tensor]:
-        """RandomResizedCrop -> flip -> RandAugment -> normalise -> random erasing (timm's order)."""
+        """RandomResizedCrop -> flip -> RandAugment, to uint8 (timm's order; normalise and random erasing
+        follow on the device)."""
         from timm.data import create_transform
 
         transform = create_transform(
             (self.in_chans, self.img_size, self.img_size),
             is_training=True,
+            use_prefetcher=True,  # uint8 out: normalisation and erasing are the device's
             scale=self.crop_scale,
             ratio=self.crop_ratio,
             hflip=0.5 if self.hflip else 0.0,
@@ -67,24 +80,28 @@ class StreamRecipe:
             auto_augment=self.randaugment,
             interpolation=self.interpolation,
             mean=self.mean,
-            std=self.std,
-            re_prob=self.random_erasing,
-            re_mode="pixel",
         )
         return allow_posterize_to_zero_bits(transform)
 
     def eval_transform(self) -> Callable[[Image.Image], torch.Tensor]:
-        """Resize the short side to img_size / crop_pct, centre-crop img_size, normalise."""
+        """Resize the short side to img_size / crop_pct, centre-crop img_size, to uint8."""
         from timm.data import create_transform
 
         return create_transform(
             (self.in_chans, self.img_size, self.img_size),
             is_training=False,
+            use_prefetcher=True,
             interpolation=self.interpolation,
-            mean=self.mean,
-            std=self.std,
             crop_pct=self.crop_pct,
         )
+
+    def device_augment(self, train: bool) -> nn.Module:
+        """What finishes a uint8 batch on the device: timm's ToTensor -> Normalize -> RandomErasing
+        (per-pixel noise) when training, ToTensor -> Normalize when evaluating."""
+        from convinit.data.augment import BatchAugment
+
+        erase = self.random_erasing if train else 0.0
+        return BatchAugment(self.mean, self.std, train=train, random_erasing=erase)
 
 
 def posterize_bits(img: Image.Image, bits_to_keep: int, **kwargs) -> Image.Image:
@@ -124,9 +141,31 @@ def kept_generators() -> Iterator[None]:
     np.random.set_state(numpy)
 
 
+GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment
+
+
+def splitmix64(state: np.ndarray) -> np.ndarray:
+    """splitmix64's output function (Steele et al. 2014), vectorised: a bijection of uint64 that mixes
+    every input bit into every output bit."""
+    with np.errstate(over="ignore"):
+        z = (state ^ (state >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def sample_seeds(seed: int, epoch: int, positions: np.ndarray) -> np.ndarray:
+    """The augmentation seeds (int64, >= 0) of the samples at `positions` of `epoch`'s global order:
+    splitmix64's stream keyed by (seed, epoch), one array operation for a whole epoch (a SeedSequence
+    per sample cost about 27 us, 35 s per ImageNet epoch, in the main process)."""
+    key = np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0]
+    with np.errstate(over="ignore"):
+        state = key + (np.asarray(positions, dtype=np.uint64) + np.uint64(1)) * GOLDEN_GAMMA
+    return (splitmix64(state) >> np.uint64(1)).astype(np.int64)
+
+
 def sample_seed(seed: int, epoch: int, position: int) -> int:
     """The augmentation seed of the sample at `position` of `epoch`'s global order."""
-    return int(np.random.SeedSequence([seed, epoch, position]).generate_state(1, dtype=np.uint64)[0] >> 1)
+    return int(sample_seeds(seed, epoch, np.array([position]))[0])
 
 
 class StreamingImages(Dataset):
@@ -170,10 +209,10 @@ class StreamingImages(Dataset):
             return self.transform(self.image(index)), self.labels[index]
 
 
-def epoch_order(
+def epoch_indices(
     n: int, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int, repeats: int, drop_last: bool
-) -> list[tuple[int, int]]:
-    """This rank's (file index, global position) pairs for one epoch.
+) -> np.ndarray:
+    """This rank's file indices for one epoch, in order; the i-th is at global position rank + i * W.
 
     Without repeats this is exactly `DeviceLoader.order()`; with repeats it is timm's `RepeatAugSampler`
     (DeiT's RASampler) fed the same permutation: its only use of the epoch is as the generator's seed.
@@ -184,20 +223,78 @@ def epoch_order(
 
         sampler = RepeatAugSampler(range(n), world_size, rank, shuffle=shuffle, num_repeats=repeats)
         sampler.set_epoch(global_seed)
-        indices = list(sampler)
+        return np.fromiter(sampler, dtype=np.int64, count=len(sampler))
+    if shuffle:
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(global_seed)).numpy()
     else:
-        if shuffle:
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(global_seed))
-        else:
-            order = torch.arange(n)
-        if drop_last:
-            order = order[: n - n % world_size]
-        indices = order[rank::world_size].tolist()
+        order = np.arange(n)
+    if drop_last:
+        order = order[: n - n % world_size]
+    return order[rank::world_size]
+
+
+def epoch_order(
+    n: int, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int, repeats: int, drop_last: bool
+) -> list[tuple[int, int]]:
+    """This rank's (file index, global position) pairs for one epoch (`epoch_indices`)."""
+    indices = epoch_indices(n, seed, epoch, shuffle, rank, world_size, repeats, drop_last).tolist()
     return [(index, rank + i * world_size) for i, index in enumerate(indices)]
 
 
+class EpochBatches(Sampler):
+    """A StreamLoader's batch sampler: it reads the loader's epoch each time it is iterated, so that one
+    DataLoader, whose workers persist, serves every epoch (iterated in the main process)."""
+
+    def __init__(self, loader: StreamLoader):
+        self.loader = weakref.proxy(loader)  # no cycle: the loader's workers end with the loader
+        self.start = 0
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        return self.loader.batch_keys(self.start)
+
+    def __len__(self) -> int:
+        return len(self.loader) - self.start
+
+
+def to_device(
+    batches: Iterator[tuple[torch.Tensor, ...]], device: torch.device
+) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Each batch's tensors on `device`, copied one batch ahead. On CUDA the copy (from pinned memory)
+    runs on a side stream while the previous step computes; the training stream waits on an event, the
+    host never waits. Elsewhere the copies are plain `.to(device)`."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        for batch in batches:
+            yield tuple(t.to(device, non_blocking=True) for t in batch)
+        return
+    side = torch.cuda.Stream(device)
+
+    def issue(batch: tuple[torch.Tensor, ...]) -> tuple[tuple[torch.Tensor, ...], torch.cuda.Event]:
+        with torch.cuda.stream(side):
+            moved = tuple(t.to(device, non_blocking=True) for t in batch)
+            copied = torch.cuda.Event()
+            copied.record(side)
+        return moved, copied
+
+    def ready(moved: tuple[torch.Tensor, ...], copied: torch.cuda.Event) -> tuple[torch.Tensor, ...]:
+        main = torch.cuda.current_stream(device)
+        main.wait_event(copied)
+        for tensor in moved:  # memory made on the side stream, used on the main one
+            tensor.record_stream(main)
+        return moved
+
+    pending = None
+    for batch in batches:
+        issued = issue(batch)
+        if pending is not None:
+            yield ready(*pending)
+        pending = issued
+    if pending is not None:
+        yield ready(*pending)
+
+
 class StreamLoader:
-    """Batches of (float images, labels) decoded by worker processes, in the order `epoch_order` gives.
+    """Batches of (uint8 images, labels) decoded by worker processes, in the order `epoch_indices` gives,
+    on `device` when one is given (see `to_device`).
 
     The interface is `DeviceLoader`'s (`set_epoch`, `len`, iteration) plus `start_batch`, which skips
     the first batches of the next epoch without decoding them (resuming mid-epoch).
@@ -216,6 +313,7 @@ class StreamLoader:
         num_workers: int = 0,
         pin_memory: bool = False,
         prefetch_factor: int = 2,
+        device: torch.device | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -226,36 +324,81 @@ class StreamLoader:
         self.seed, self.shuffle, self.drop_last = seed, shuffle, drop_last
         self.rank, self.world_size, self.repeats = rank, world_size, repeats
         self.num_workers, self.pin_memory, self.prefetch_factor = num_workers, pin_memory, prefetch_factor
+        self.device = device
         self.epoch = 0
         self.start_batch = 0
+        self.sampler = EpochBatches(self)
+        self.loader: DataLoader | None = None  # built on first use, kept with its workers
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def indices(self) -> np.ndarray:
+        """This epoch's file indices, cut to whole batches with `drop_last`."""
+        args = (self.shuffle, self.rank, self.world_size, self.repeats, self.drop_last)
+        indices = epoch_indices(len(self.dataset), self.seed, self.epoch, *args)
+        return indices[: len(indices) - len(indices) % self.batch_size] if self.drop_last else indices
+
+    def keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """This epoch's (file indices, augmentation seeds), cut to whole batches with `drop_last`."""
+        indices = self.indices()
+        positions = self.rank + np.arange(len(indices)) * self.world_size
+        return indices, sample_seeds(self.seed, self.epoch, positions)
+
+    def batch_keys(self, start: int = 0) -> Iterator[list[tuple[int, int]]]:
+        """This epoch's batches of (file index, augmentation seed) keys, from batch `start` on."""
+        indices, seeds = self.keys()
+        size = self.batch_size
+        for i in range(start * size, len(indices), size):
+            yield list(zip(indices[i : i + size].tolist(), seeds[i : i + size].tolist(), strict=True))
+
     def batches(self) -> list[list[tuple[int, int]]]:
         """This epoch's batches of (file index, augmentation seed) keys."""
-        args = (self.shuffle, self.rank, self.world_size, self.repeats, self.drop_last)
-        order = epoch_order(len(self.dataset), self.seed, self.epoch, *args)
-        keys = [(index, sample_seed(self.seed, self.epoch, position)) for index, position in order]
-        cut = len(keys) - len(keys) % self.batch_size if self.drop_last else len(keys)
-        return [keys[i : i + self.batch_size] for i in range(0, cut, self.batch_size)]
+        return list(self.batch_keys())
 
     def __len__(self) -> int:
-        return len(self.batches())
+        return -(-len(self.indices()) // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        batches, self.start_batch = self.batches()[self.start_batch :], 0
-        if not batches:
+        self.sampler.start, self.start_batch = self.start_batch, 0
+        if len(self.sampler) <= 0:
             return iter(())
-        workers = dict(prefetch_factor=self.prefetch_factor) if self.num_workers > 0 else {}
-        loader = DataLoader(
-            self.dataset,
-            batch_sampler=batches,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            **workers,
-        )
-        return iter(loader)
+        if self.loader is None:
+            workers = self.num_workers > 0
+            self.loader = DataLoader(
+                self.dataset,
+                batch_sampler=self.sampler,
+                num_workers=self.num_workers,
+                pin_memory=self.pin_memory,
+                persistent_workers=workers,
+                # its own generator: the workers' base seed (unused: samples are seeded by their keys)
+                # must not advance the run's generator, which the device augmentation draws from
+                generator=torch.Generator().manual_seed(self.seed),
+                **(dict(prefetch_factor=self.prefetch_factor) if workers else {}),
+            )
+        batches = iter(self.loader)
+        return batches if self.device is None else to_device(batches, self.device)
+
+
+STATISTICS_SAMPLE = 256  # training images decoded to estimate a streamed folder's statistics
+
+
+def sampled_statistics(
+    paths: Sequence[Path], in_chans: int, count: int = STATISTICS_SAMPLE
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std, in [0, 1] units, over the pixels of `count` images spread evenly over
+    `paths`: the set's own statistics, which the device-resident path computes over every image, for the
+    price of decoding `count` (JPEGs decoded at a reduced scale, about 512 px, which keeps the mean)."""
+    mode = "L" if in_chans == 1 else "RGB"
+    total, total_sq, n = np.zeros(in_chans), np.zeros(in_chans), 0
+    for path in list(paths)[:: max(1, len(paths) // count)][:count]:
+        with Image.open(path) as img:
+            img.draft(mode, (512, 512))
+            pixels = np.asarray(img.convert(mode), dtype=np.float64).reshape(-1, in_chans) / 255
+        total, total_sq, n = total + pixels.sum(0), total_sq + (pixels**2).sum(0), n + len(pixels)
+    mean = total / n
+    std = np.sqrt(np.maximum(total_sq / n - mean**2, 1e-12))
+    return tuple(mean.tolist()), tuple(std.tolist())
 
 
 def decoded_bytes(n_images: int, in_chans: int, size: tuple[int, int]) -> int:

@@ -27,8 +27,10 @@ def initialize(
     """Initialise `model` in place with `scheme`; returns the scheme's report plus the seconds taken.
 
     images: a (B, C, H, W) batch of real images, preprocessed as for evaluation. Schemes that take
-    `images` fit on them (impulse); for every scheme the report then gains `real_pass`, the attention
+    `images` fit on them (impulse: `real_pass` on the images fitted on, `real_pass_held_out` on the
+    quarter of the batch held apart); for the other schemes the report gains `real_pass`, the attention
     statistics of real forward passes (`convinit.init.measure`), for models with attention layers.
+    The fit uses torch's intra-op threads (`torch.get_num_threads()`) and starts no others.
     """
     if scheme not in _SCHEMES:
         raise ConfigError(f"unknown init scheme {scheme!r}; choose one of: {', '.join(list_schemes())}")

@@ -17,8 +17,17 @@ softmax(X Wq_h Wk_h^T X^T * scale) ~ T_h on what the layer sees. Two solvers:
 Model III layers (qk_input "free") have no X: `optimize` fits the factors directly (X = I) and
 `closed_form` sets an exact rank-3 factorisation of -gap * ||key - query - o||^2.
 
+Given `images`, the last `held_out` share of the batch (a quarter) is held apart from the fit. The
+layers are fitted in order on the model's blocks run one at a time (`convinit.init.running`: one
+block pass per layer, the residual stream kept), on the first images holding FIT_TOKENS patch tokens;
+the logit gap is searched on the first of them holding GAP_ENTRIES attention entries per head (all
+images fitted on for a 7x7 grid, 4 images for a 16x16 one: its cost grows as images x N^2, and a per-head
+scalar averaged over that many rows is settled). Each layer is measured once final.
+
 The report keeps the pseudo-input figures (`mean_mass`, ..., labelled by `evaluated_on`) and, when
-`images` are given, adds `real_pass`: the figures of real forward passes (`convinit.init.measure`).
+`images` are given, adds `real_pass` (the images fitted on) and `real_pass_held_out` (the images held
+apart), the figures of real forward passes (`convinit.init.measure`), each on the first images of its
+part holding MEASURE_TOKENS patch tokens.
 """
 
 from __future__ import annotations
@@ -31,28 +40,39 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from convinit.errors import ConfigError
 from convinit.init.closed_form import InputStatistics, SignalBasis, closed_form_factors, quadratic_factors
 from convinit.init.filters import check_kernel_size
-from convinit.init.measure import LOW_MASS, qk_inputs, real_pass_quality
+from convinit.init.measure import (
+    LOW_MASS,
+    MEASURE_TOKENS,
+    check_images,
+    images_for,
+    layer_quality,
+    real_pass_summary,
+)
 from convinit.init.mimetic import mimetic_value_proj
 from convinit.init.paper_optimizer import optimize_factors
+from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, prepare_positions
 from convinit.init.registry import register_scheme
+from convinit.init.running import BlockRunner
 from convinit.init.sites import (
     AttentionSlot,
     attention_slots,
-    is_timm_layout,
+    position_table,
     qk_parameters,
     rms,
-    sincos_into_pos_embed,
     write_qk,
 )
 from convinit.init.targets import Targets, layer_offsets, map_quality, smallest_gap
+from convinit.models.vit import SimpleViT
 
 REST_STD = 0.02  # noise on the Q/K columns a closed form leaves unused (exact zeros never train)
 FIT_TOKENS = 4096  # patch tokens of real images a layer is fitted on (ViT-Ti/2: 16 images; 7x7 grid: 84)
-GAP_TOKENS = 1024  # patch tokens of real images the logit gap is searched on
+GAP_ENTRIES = 2**18  # attention entries per head (images x N x N) the logit gap is searched on
+HELD_OUT = 0.25  # share of the image batch held apart from the fit and measured on its own
 SOLVERS = ("closed_form", "optimize")
 OFFSET_MODES = ("random", "centre_first")
 PSEUDO_INPUTS = ("P", "LN(P)")
@@ -81,10 +101,18 @@ class ImpulseOptions:
     scale: float = 0.1
     renorm_every: int = 100
     value_init: str = "default"
+    held_out: float = HELD_OUT
+    learned_pos_embed: str = "scale"
+    pos_embed_scale: float = POS_EMBED_SCALE
 
     def __post_init__(self) -> None:
         check_kernel_size(self.kernel_size)
-        choices = {"solver": SOLVERS, "offsets": OFFSET_MODES, "value_init": ("default", "mimetic")}
+        choices = {
+            "solver": SOLVERS,
+            "offsets": OFFSET_MODES,
+            "value_init": ("default", "mimetic"),
+            "learned_pos_embed": POSITION_MODES,
+        }
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(
@@ -97,7 +125,7 @@ class ImpulseOptions:
             )
         if not 0.0 < self.target_mass < 1.0:
             raise ConfigError(f"impulse target_mass must be in (0, 1), got {self.target_mass!r}")
-        for key in ("max_gap", "rcond", "lr", "scale"):
+        for key in ("max_gap", "rcond", "lr", "scale", "pos_embed_scale"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"impulse {key} must be > 0, got {getattr(self, key)!r}")
         for key in ("min_snr", "content_floor"):
@@ -107,6 +135,8 @@ class ImpulseOptions:
             raise ConfigError(
                 f"impulse logit_gap must be > 0 (or null to reach target_mass), got {self.logit_gap!r}"
             )
+        if not 0.0 <= self.held_out < 1.0:
+            raise ConfigError(f"impulse held_out must be in [0, 1), got {self.held_out!r}")
         if self.steps < 0 or self.renorm_every < 0:
             raise ConfigError("impulse steps and renorm_every must be >= 0")
 
@@ -141,42 +171,94 @@ def impulse_init(
     it bounds the weights, 0.03), rcond (1e-3), noise (off-target logit noise, 0). Optimise: steps
     (10,000), lr (1e-4), scale (0.1), renorm_every (100). value_init "mimetic" also sets V/proj
     mimetic-style (follow-up paper: kernel_size=3, offsets="centre_first", value_init="mimetic").
-    `seed` makes offsets and optimiser starts reproducible. `sincos_pos_embed` first writes a sin-cos
-    P into a timm-layout model's pos_embed. `images`, a (B, C, H, W) batch preprocessed as for
+    `seed` makes offsets and optimiser starts reproducible. learned_pos_embed "scale" (x pos_embed_scale,
+    18) | "sincos" | "keep": what is done first to a timm or transformers model's learned position
+    table (`convinit.init.positions`; `sincos_pos_embed=True` is learned_pos_embed="sincos").
+    `images`, a (B, C, H, W) batch preprocessed as for
     evaluation: the closed form fits on the Q/K input the layers really see, and the report gains
-    `real_pass` (figures of real forward passes).
+    `real_pass` / `real_pass_held_out` (figures of real forward passes on the images fitted on / on
+    the last `held_out` share of the batch, 0.25; 0 fits on all and measures only those).
 
     Reports per layer and head: offset, logit gap, and on the pseudo-input: target mass, argmax
     agreement, MSE against T; per layer the Q/K weight scale (rms / rms of the default init).
     """
+    if sincos_pos_embed:
+        options = {**options, "learned_pos_embed": "sincos"}
     opts = parse_options(options)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
-    if sincos_pos_embed:
-        if not is_timm_layout(model):
-            raise ConfigError("sincos_pos_embed only applies to timm-layout ViTs with a learnable pos_embed")
-        sincos_into_pos_embed(model)
-    slots = attention_slots(model, "impulse")
+    slots = attention_slots(model, "impulse")  # refuses unsupported models before any change
+    position = None
+    if position_table(model) is not None or not isinstance(model, SimpleViT):
+        position = prepare_positions(model, opts.learned_pos_embed, opts.pos_embed_scale)
+        slots = attention_slots(model, "impulse")  # the pseudo-inputs of the prepared table
     if slots[0].free is None and slots[0].seen is None:
         raise ConfigError(
-            "impulse init needs position information in the attention input, but this model has "
-            "qk_input='x' and pos_embed='none'; use pos_embed: input or qk_input: blend"
+            "impulse init needs position information in the attention input, but this model has none "
+            "(convinit: qk_input='x' with pos_embed='none', use pos_embed: input or qk_input: blend; timm: "
+            "pos_embed='none', build it with pos_embed='learn')"
         )
     shared = None  # share_offsets: one draw (random) or the order restarted (centre_first) in every layer
     if opts.share_offsets:
         shared = layer_offsets(opts.offsets, opts.kernel_size, 0, slots[0].heads, generator)
     cache = FitCache()
-    layers = []
-    for index, slot in enumerate(slots):
-        offsets = shared or layer_offsets(opts.offsets, opts.kernel_size, slot.layer, slot.heads, generator)
-        real = None
-        if images is not None and slot.free is None and opts.solver == "closed_form":
-            fit_images = images[: -(-FIT_TOKENS // (slot.grid[0] * slot.grid[1]))]  # the first ceil(./N)
-            real = qk_inputs(model, slots, fit_images, upto=index)[index]
-        layers.append(init_layer(slot, Targets.build(offsets, slot.grid), opts, cache, generator, real))
+    fitted, held = (None, None) if images is None else split_batch(images, opts.held_out, slots[0].grid)
+    runner = None if images is None else BlockRunner(model, slots, torch.cat([fitted, held]))
+    measured = 0 if images is None else len(images_for(MEASURE_TOKENS, slots[0].grid, fitted))
+    layers, on_fitted, on_held = [], [], []
+    try:
+        for index, slot in enumerate(slots):
+            offsets = shared or layer_offsets(
+                opts.offsets, opts.kernel_size, slot.layer, slot.heads, generator
+            )
+            x = None if runner is None or slot.free is not None else runner.qk_input(index)  # (B, T, D)
+            real = x[: len(fitted)] if x is not None and opts.solver == "closed_form" else None
+            layers.append(init_layer(slot, Targets.build(offsets, slot.grid), opts, cache, generator, real))
+            if runner is not None:  # the layer is final: measure it on both parts, then run it
+                on_fitted.append(layer_quality(slot, None if x is None else x[:measured], offsets))
+                on_held.append(layer_quality(slot, None if x is None else x[len(fitted) :], offsets))
+                if index + 1 < len(slots):
+                    runner.advance(index)
+    finally:
+        if runner is not None:
+            runner.close()
     report = summarise(layers, slots[0], opts)
+    if position is not None:
+        report["position"] = position
     if images is not None:
-        report["real_pass"] = real_pass_report(model, slots, images, layers)
+        report.update(real_pass_reports(slots[0], on_fitted, measured, on_held, len(held)))
     return report
+
+
+def split_batch(images: torch.Tensor, held_out: float, grid) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images fitted on, images held apart): the last `held_out` share of the batch (at least one
+    image when held_out > 0 and the batch has two) is held apart; of each part, the first images
+    holding FIT_TOKENS (fitted) and MEASURE_TOKENS (held apart) patch tokens are used."""
+    check_images(images)
+    held = min(len(images) - 1, max(1, round(held_out * len(images)))) if held_out > 0 else 0
+    cut = len(images) - held
+    return images_for(FIT_TOKENS, grid, images[:cut]), images[cut:][
+        : len(images_for(MEASURE_TOKENS, grid, images[cut:]))
+    ]
+
+
+def real_pass_reports(
+    slot: AttentionSlot, on_fitted: list[dict], fitted: int, on_held: list[dict], held: int
+) -> dict[str, Any]:
+    """`real_pass` (the images fitted on) and `real_pass_held_out` (the images held apart, if any),
+    with a warning when the maps are not convolutions (judged on the held-apart images when there are)."""
+    reports = {"real_pass": real_pass_summary(on_fitted, fitted, slot.real_input)}
+    if held:
+        reports["real_pass_held_out"] = real_pass_summary(on_held, held, slot.real_input)
+    judged = reports.get("real_pass_held_out", reports["real_pass"])
+    if judged["mean_mass"] < LOW_MASS:
+        where = "held-apart images" if held else "images"
+        reports["real_pass"]["warning"] = (
+            f"on real {where} the maps put only {judged['mean_mass']:.2f} of their mass on the target offset "
+            f"(below {LOW_MASS}): image content in the Q/K input ({slot.real_input}) outweighs position, "
+            f"so the layers do not start as convolutions"
+        )
+        warnings.warn(f"impulse init: {reports['real_pass']['warning']}", stacklevel=4)  # initialize's caller
+    return reports
 
 
 def init_layer(
@@ -198,22 +280,6 @@ def init_layer(
         for h in range(slot.heads)
     ]
     return {"layer": slot.layer, "weight_scale": weight_scale, "heads": heads}
-
-
-def real_pass_report(
-    model: nn.Module, slots: list[AttentionSlot], images: torch.Tensor, layers: list[dict]
-) -> dict[str, Any]:
-    """`real_pass_quality` of the initialised model, with a warning when its maps are not convolutions."""
-    offsets = [[tuple(h["offset"]) for h in layer["heads"]] for layer in layers]
-    real = real_pass_quality(model, slots, images, offsets)
-    if real["mean_mass"] < LOW_MASS:
-        real["warning"] = (
-            f"on real images the maps put only {real['mean_mass']:.2f} of their mass on the target offset "
-            f"(below {LOW_MASS}): image content in the Q/K input ({real['qk_input']}) outweighs position, "
-            f"so the layers do not start as convolutions"
-        )
-        warnings.warn(f"impulse init: {real['warning']}", stacklevel=4)  # the caller of initialize
-    return real
 
 
 @dataclass
@@ -260,9 +326,9 @@ def fit_inputs(slot: AttentionSlot, opts: ImpulseOptions, cache: FitCache, real)
     """(basis, input the gap is searched on (..., N, D), cache key) for a closed-form fit."""
     patches = slot.grid[0] * slot.grid[1]
     if real is not None:
-        x = real[:, -patches:].double()  # (B, N, D) patch tokens
+        x = real[:, -patches:].double().cpu()  # (B, N, D) patch tokens
         basis = SignalBasis.of(InputStatistics.of_batch(x), opts.min_snr, opts.rcond, opts.content_floor)
-        return basis, x[: -(-GAP_TOKENS // patches)], None
+        return basis, x[: max(1, GAP_ENTRIES // patches**2)], None
     # an explicit pseudo_input is fitted as it is; by default the layer's content share is modelled
     content, share = (0.0, 1.0) if opts.pseudo_input else (slot.content, slot.position_share)
     x_fit = slot.inputs[opts.pseudo_input or slot.seen].double() * share
@@ -294,14 +360,47 @@ def fit_slot(
         q = (x[..., None, :, :] @ wq[heads]) * slot.scale
         return q @ (x[..., None, :, :] @ wk[heads]).transpose(-2, -1)
 
+    if slot.qk_norms:
+        gaps = fit_qk_norm_gain(slot, x, fill_unused(wq, wk, rank, generator), targets, opts)
+        write_qk(slot, wq, wk)
+        return gaps
     gaps = layer_gaps(unit_logits, targets, opts, cache, key)
     root = gaps.sqrt()[:, None, None]
-    wq, wk = wq * root, wk * root
-    if rank < slot.dim_head:  # unused columns would be stuck at 0 (zero gradient): small noise
-        for w in (wq, wk):
-            w[..., rank:] = torch.randn(w[..., rank:].shape, generator=generator, dtype=w.dtype) * REST_STD
+    wq, wk = fill_unused(wq * root, wk * root, rank, generator)
     write_qk(slot, wq, wk)
     return gaps
+
+
+def fill_unused(
+    wq: torch.Tensor, wk: torch.Tensor, rank: int, generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Columns beyond the fitted rank would be stuck at 0 (zero gradient): small noise there."""
+    for w in (wq, wk):
+        w[..., rank:] = torch.randn(w[..., rank:].shape, generator=generator, dtype=w.dtype) * REST_STD
+    return wq, wk
+
+
+def fit_qk_norm_gain(
+    slot: AttentionSlot, x: torch.Tensor, factors: tuple, targets: Targets, opts
+) -> torch.Tensor:
+    """timm's qk_norm: the logits are LN(q) . LN(k) * scale whatever the size of Wq, Wk, and their size
+    comes from the norms' gains, one per layer (the norms are shared by the heads). The fitted
+    directions set the pattern; the gain is the median over heads of the gap each head needs,
+    written into both norms' weights (its square root each; biases 0). Returns the gap per head."""
+    wq, wk = factors
+    eps = float(getattr(slot.qk_norms[0], "eps", 1e-6))
+
+    def normed(w: torch.Tensor) -> torch.Tensor:  # (..., H, N, d)
+        return F.layer_norm(x[..., None, :, :] @ w, (slot.dim_head,), eps=eps)
+
+    unit = normed(wq) @ normed(wk).transpose(-2, -1) * slot.scale
+    gap = float(smallest_gap(unit, targets, opts.target_mass, opts.max_gap).median())
+    with torch.no_grad():
+        for norm in slot.qk_norms:
+            norm.weight.fill_(math.sqrt(gap))
+            if getattr(norm, "bias", None) is not None:
+                norm.bias.zero_()
+    return torch.full((slot.heads,), gap, dtype=torch.float64)
 
 
 def fit_free(

@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
+from convinit.init.positions import repair_unset
 from convinit.init.registry import register_scheme
 from convinit.init.sites import AttentionSlot, attention_slots, rms, write_qk
 
@@ -128,8 +129,10 @@ def mimetic_init(
     if value_proj is None:
         value_proj = variant == "trockman_kolter"
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    slots = attention_slots(model, "mimetic")
+    repaired = repair_unset(model)  # timm's weight_init="skip" leaves pos_embed and tokens unset
     layers = []
-    for slot in attention_slots(model, "mimetic"):
+    for slot in slots:
         if variant == "paper1":
             paper1_qk(slot, generator)
         else:
@@ -147,4 +150,5 @@ def mimetic_init(
     constants = (
         {"a1": a1, "b1": b1, "a2": a2, "b2": b2} if variant == "trockman_kolter" else {"a1": 0.7, "b1": 0.7}
     )
-    return {"variant": variant, "constants": constants, "value_proj": value_proj, "layers": layers}
+    report = {"variant": variant, "constants": constants, "value_proj": value_proj, "layers": layers}
+    return {**report, "repaired": repaired} if repaired else report

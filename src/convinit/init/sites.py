@@ -1,9 +1,12 @@
 """Where attention lives in a model: each attention layer as an `AttentionSlot` the init schemes write into.
 
-Supported: convinit SimpleViTs (`simplevit`, `vit_tiny_patch2_32`, any qk_input) and timm-layout ViTs
-(timm `VisionTransformer`, convinit `deit`): fused `blocks[i].attn.qkv`, learnable `pos_embed`. A slot
-also knows how to read, from a forward pass, the Q/K input its layer really sees (`qk_input_of`), so
-that schemes can fit and measure maps on real images (`convinit.init.measure`).
+Supported (`SUPPORTED`): convinit SimpleViTs (`simplevit`, `vit_tiny_patch2_32`, any qk_input),
+timm-layout ViTs (timm `VisionTransformer` and `VisionTransformerDistilled`, Eva without RoPE, convinit
+`deit`: fused `blocks[i].attn.qkv`, `pos_embed` or none, prefix tokens first, optional qk_norm) and
+transformers `ViTModel` / `ViTForImageClassification` (`convinit.init.hf_sites`). A slot also knows
+its block (run one at a time by `convinit.init.running`) and how to read the Q/K input its layer
+really sees (`AttentionSlot.qk_input_of`), so that schemes can fit and measure maps on real images
+(`convinit.init.measure`). `PositionTable` is a timm or transformers model's position embedding.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.filters import Grid
+from convinit.init.hf_sites import hf_grid, hf_heads, hf_layers, hf_projections, hf_vit_backbone
 from convinit.models.layers import posemb_sincos_2d
 from convinit.models.vit import FreeAttention, SimpleViT
 
 SUPPORTED = (
-    "convinit SimpleViT models (simplevit, vit_tiny_patch2_32; qk_input x, blend or free) and timm-layout "
-    "ViTs (timm VisionTransformer, timm Eva without RoPE, convinit deit)"
+    "convinit SimpleViT models (simplevit, vit_tiny_patch2_32; qk_input x, blend or free), timm-layout ViTs "
+    "(timm VisionTransformer and VisionTransformerDistilled: vit_*, deit_*, deit3_*; timm Eva without RoPE; "
+    "convinit deit) and transformers ViTModel / ViTForImageClassification"
 )
 
 
@@ -54,22 +59,27 @@ class AttentionSlot:
     real_input: str = ""  # what the Q/K projection sees on real images, in words
     content: float = 1.0  # share of image content in the Q/K input (blend: alpha), for fits without images
     position_share: float = 1.0  # share of position in it (blend: 1 - alpha)
+    block: nn.Module | None = None  # the block holding the layer, run one at a time by `BlockRunner`
+    qk_norms: list[nn.Module] = field(default_factory=list)  # timm's qk_norm: LayerNorms on q and k
+    separate_qk_input: bool = False  # the attention takes its Q/K input apart (SimpleViT's `qk_input`)
 
-
-def qk_input_of(args: tuple, kwargs: dict) -> torch.Tensor:
-    """The Q/K input of an attention call: `qk_input` when given (blend models), else the layer's input x."""
-    qk = kwargs.get("qk_input")
-    if qk is None and len(args) > 1:
-        qk = args[1]
-    return args[0] if qk is None else qk
+    def qk_input_of(self, args: tuple, kwargs: dict) -> torch.Tensor:
+        """The Q/K input of a call of `module`: `qk_input` when given (blend models), else its input."""
+        qk = None
+        if self.separate_qk_input:
+            qk = kwargs.get("qk_input", args[1] if len(args) > 1 else None)
+        if qk is not None:
+            return qk
+        return args[0] if args else next(iter(kwargs.values()))
 
 
 def is_timm_layout(model: nn.Module) -> bool:
-    """A ViT with timm's layout: blocks[i].attn.qkv fused (3*H*d, D), norm1, and a pos_embed tensor."""
+    """A ViT with timm's layout: blocks[i].attn.qkv fused (3*H*d, D), norm1, and a pos_embed attribute
+    (a tensor, or None for a model built with pos_embed='none')."""
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.Sequential | nn.ModuleList) or len(blocks) == 0:
         return False
-    if not isinstance(getattr(model, "pos_embed", None), torch.Tensor):
+    if not hasattr(model, "pos_embed") or not hasattr(model, "patch_embed"):
         return False
     for block in blocks:
         attn = getattr(block, "attn", None)
@@ -80,12 +90,49 @@ def is_timm_layout(model: nn.Module) -> bool:
     return True
 
 
+@dataclass
+class PositionTable:
+    """A timm or transformers ViT's position embedding: `weight` (1, prefix rows + N, D), patch rows last."""
+
+    weight: torch.Tensor
+    grid: Grid
+
+    @property
+    def patch_rows(self) -> torch.Tensor:
+        """(N, D), detached."""
+        return self.weight.detach()[0, -self.grid[0] * self.grid[1] :]
+
+    @property
+    def learned(self) -> bool:
+        return bool(self.weight.requires_grad)
+
+
+def position_table(model: nn.Module) -> PositionTable | None:
+    """The position embedding of a timm-layout or transformers ViT, or None (none, or another model)."""
+    if is_timm_layout(model):
+        weight, grid = model.pos_embed, timm_grid(model)
+    elif (backbone := hf_vit_backbone(model)) is not None:
+        weight, grid = backbone.embeddings.position_embeddings, hf_grid(backbone)
+    else:
+        return None
+    if not isinstance(weight, torch.Tensor):
+        return None
+    if weight.shape[1] < grid[0] * grid[1]:
+        raise ConfigError(
+            f"the position embedding has {weight.shape[1]} rows but the grid has {grid} patches"
+        )
+    return PositionTable(weight, grid)
+
+
 def sincos_into_pos_embed(model: nn.Module) -> None:
-    """Write the fixed 2-D sin-cos P into a timm-layout model's patch rows of pos_embed (prefix rows kept)."""
-    grid = timm_grid(model)
-    patches = grid[0] * grid[1]
+    """Write the fixed 2-D sin-cos P into the patch rows of a timm or transformers ViT's position
+    embedding (prefix rows kept)."""
+    table = position_table(model)
+    if table is None:
+        raise ConfigError("sin-cos position embedding applies to timm and transformers ViTs with a pos_embed")
+    patches = table.grid[0] * table.grid[1]
     with torch.no_grad():
-        model.pos_embed[0, -patches:] = posemb_sincos_2d(*grid, model.pos_embed.shape[-1]).to(model.pos_embed)
+        table.weight[0, -patches:] = posemb_sincos_2d(*table.grid, table.weight.shape[-1]).to(table.weight)
 
 
 def timm_grid(model: nn.Module) -> Grid:
@@ -112,6 +159,8 @@ def simplevit_slots(model: SimpleViT) -> list[AttentionSlot]:
             out_weight=attn.to_out.weight,
             default_rms=(3 * attn.to_v.in_features) ** -0.5,  # nn.Linear's U(+-1/sqrt(D))
             module=attn,
+            block=block,
+            separate_qk_input=True,
         )
         if isinstance(attn, FreeAttention):
             slot.free = attn
@@ -132,21 +181,25 @@ def simplevit_slots(model: SimpleViT) -> list[AttentionSlot]:
     return slots
 
 
+def projection_slot(index: int, norm: nn.Module, table: PositionTable | None, **fields) -> AttentionSlot:
+    """A pre-norm layer with Q/K projections (timm, transformers): its Q/K input is norm(x + pos), so the
+    proxy pseudo-input is LN(P) = norm(patch rows of the position embedding)."""
+    slot = AttentionSlot(layer=index, default_rms=0.02, **fields)  # timm's and transformers' 0.02 init
+    if table is not None:
+        pos = table.patch_rows
+        with torch.no_grad():
+            slot.inputs = {"P": pos.float().cpu(), "LN(P)": norm(pos).float().cpu()}
+        slot.seen = "LN(P)"
+        slot.seen_note = "LN(P) = norm1(patch rows of pos_embed): a proxy, the layer sees norm1(x + pos)"
+    return slot
+
+
 def timm_slots(model: nn.Module) -> list[AttentionSlot]:
     grid = timm_grid(model)
-    patches = grid[0] * grid[1]
-    pos = model.pos_embed.detach()[0]  # (T, D): prefix rows (if any) come first
-    if pos.shape[0] < patches:
-        raise ConfigError(f"pos_embed has {pos.shape[0]} rows but the grid has {patches} patches")
-    pos = pos[-patches:]  # (N, D) patch rows
+    table = position_table(model)
     slots = []
     for index, block in enumerate(model.blocks):
         attn = block.attn
-        for norm_name in ("q_norm", "k_norm"):
-            if not isinstance(getattr(attn, norm_name, nn.Identity()), nn.Identity):
-                raise ConfigError(
-                    "impulse/mimetic init cannot handle qk_norm; build the ViT with qk_norm=False"
-                )
         heads = int(attn.num_heads)
         inner = attn.qkv.out_features // 3
         bias = attn.qkv.bias
@@ -154,26 +207,54 @@ def timm_slots(model: nn.Module) -> list[AttentionSlot]:
         separate = [
             b for b in (getattr(attn, "q_bias", None), getattr(attn, "k_bias", None)) if b is not None
         ]
-        with torch.no_grad():
-            inputs = {"P": pos.float().cpu(), "LN(P)": block.norm1(pos).float().cpu()}
+        slot = projection_slot(
+            index,
+            block.norm1,
+            table,
+            heads=heads,
+            dim_head=inner // heads,
+            scale=float(getattr(attn, "scale", (inner // heads) ** -0.5)),
+            grid=grid,
+            q_weight=attn.qkv.weight[:inner],
+            k_weight=attn.qkv.weight[inner : 2 * inner],
+            v_weight=attn.qkv.weight[2 * inner :],
+            out_weight=attn.proj.weight,
+            qk_biases=([] if bias is None else [bias[: 2 * inner]]) + separate,
+            module=attn,
+            block=block,
+            real_input="norm1(x + pos_embed)" if table is not None else "norm1(x)",
+        )
+        slot.qk_norms = [n for n in (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None))
+                         if n is not None and not isinstance(n, nn.Identity)]  # fmt: skip
+        slots.append(slot)
+    return slots
+
+
+def hf_slots(backbone: nn.Module) -> list[AttentionSlot]:
+    grid = hf_grid(backbone)
+    table = position_table(backbone)
+    heads, dim_head = hf_heads(backbone)
+    slots = []
+    for index, layer in enumerate(hf_layers(backbone)):
+        parts = hf_projections(layer)
+        module = parts["module"]
         slots.append(
-            AttentionSlot(
-                layer=index,
+            projection_slot(
+                index,
+                layer.layernorm_before,
+                table,
                 heads=heads,
-                dim_head=inner // heads,
-                scale=float(getattr(attn, "scale", (inner // heads) ** -0.5)),
+                dim_head=dim_head,
+                scale=float(getattr(module, "scaling", dim_head**-0.5)),
                 grid=grid,
-                q_weight=attn.qkv.weight[:inner],
-                k_weight=attn.qkv.weight[inner : 2 * inner],
-                v_weight=attn.qkv.weight[2 * inner :],
-                out_weight=attn.proj.weight,
-                qk_biases=([] if bias is None else [bias[: 2 * inner]]) + separate,
-                inputs=inputs,
-                seen="LN(P)",
-                seen_note="LN(P) = norm1(patch rows of pos_embed): a proxy, the layer sees norm1(x + pos)",
-                default_rms=0.02,  # timm's trunc-normal init of qkv
-                module=attn,
-                real_input="norm1(x + pos_embed)",
+                q_weight=parts["q"].weight,
+                k_weight=parts["k"].weight,
+                v_weight=parts["v"].weight,
+                out_weight=parts["out"].weight,
+                qk_biases=[p.bias for p in (parts["q"], parts["k"]) if p.bias is not None],
+                module=module,
+                block=layer,
+                real_input="layernorm_before(x + position_embeddings)",
             )
         )
     return slots
@@ -183,6 +264,8 @@ def attention_slots(model: nn.Module, scheme: str) -> list[AttentionSlot]:
     """The model's attention layers as `AttentionSlot`s, or a ConfigError naming the supported models."""
     if isinstance(model, SimpleViT):
         return simplevit_slots(model)
+    if (backbone := hf_vit_backbone(model)) is not None:
+        return hf_slots(backbone)
     if is_timm_layout(model):
         if scheme in ("impulse", "measure") and getattr(model, "rope", None) is not None:
             # e.g. timm's EVA-02: q and k are rotated by position inside attention, so the logits are

@@ -1,7 +1,8 @@
 """Where a run's batches come from: the device-resident path or the streamed one (`data_mode`).
 
 `device` decodes the training set once and keeps it on the training device (fast for small sets);
-`stream` reads images in DataLoader workers with timm's per-sample transforms (any size of dataset);
+`stream` reads images in DataLoader workers with timm's per-sample transforms (any size of dataset)
+and finishes them on the device (normalisation, random erasing);
 `auto` keeps data on the device when its decoded size fits `data_budget_gb` (default: half the free
 memory of the training device) and streams otherwise, and says which it chose and why. Both give the
 loop the same thing: batches, a transform that makes a batch the model's input on the device, and the
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 from PIL import Image
 
 from convinit.analysis.init_maps import INIT_BATCH
@@ -25,10 +25,17 @@ from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset
 from convinit.data.datasets import dataset_options
 from convinit.data.folder import FolderSplits, folder_splits
 from convinit.data.image_files import GRAYSCALE_MODES
-from convinit.data.stream import StreamingImages, StreamLoader, StreamRecipe, choose_data_mode, decoded_bytes
+from convinit.data.stream import (
+    StreamingImages,
+    StreamLoader,
+    StreamRecipe,
+    choose_data_mode,
+    decoded_bytes,
+    sampled_statistics,
+)
 from convinit.errors import ConfigError
 
-# A folder is streamed with ImageNet's statistics: computing its own would decode every image.
+# timm's defaults (ImageNet's statistics), for `folder_statistics(..., source="imagenet")`
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 HEADER_SAMPLE = 256  # image headers read to estimate a folder's decoded size and channels
 
@@ -62,25 +69,16 @@ class DataSource:
         picks = torch.linspace(0, n - 1, min(count, n)).long()
         if isinstance(self.train, DeviceLoader):
             return self.eval_transform(self.train.images[picks.to(self.train.images.device)]).cpu()
-        return torch.stack([self.init_set[int(i), 0][0] for i in picks])
+        images = torch.stack([self.init_set[int(i), 0][0] for i in picks])  # uint8, on the CPU
+        return self.eval_transform(images.to(self.eval_transform.mean.device)).cpu()
 
     def test_batch(self, count: int, device: torch.device) -> torch.Tensor:
         """The first `count` test images as model input (trackers and the forward check use them)."""
         if isinstance(self.test, DeviceLoader):
             return self.eval_transform(self.test.images[:count].to(device))
         data = self.test.dataset
-        return torch.stack([data[i, 0][0] for i in range(min(count, len(data)))]).to(device)
-
-
-class ToDevice(nn.Module):
-    """Streamed batches arrive normalised on the host (pinned): they only move to the device."""
-
-    def __init__(self, device: torch.device):
-        super().__init__()
-        self.device = device
-
-    def forward(self, batch: torch.Tensor) -> torch.Tensor:
-        return batch.to(self.device, non_blocking=True)
+        images = torch.stack([data[i, 0][0] for i in range(min(count, len(data)))])  # uint8
+        return self.eval_transform(images.to(device))
 
 
 def memory_budget(cfg: TrainConfig, device: torch.device) -> int:
@@ -143,9 +141,11 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
         init_set = StreamingImages(
             train_set.source, train_set.labels, recipe.eval_transform(), dataset.in_chans
         )
-        return DataSource(
-            "stream", reason, *loaders, ToDevice(device), ToDevice(device), **common, init_set=init_set
+        augment, eval_transform = (
+            recipe.device_augment(True).to(device),
+            recipe.device_augment(False).to(device),
         )
+        return DataSource("stream", reason, *loaders, augment, eval_transform, **common, init_set=init_set)
     train = DeviceLoader(
         dataset.train_images[keep],
         dataset.train_labels[keep],
@@ -240,11 +240,33 @@ def stream_loaders(
         repeats=cfg.repeated_aug,
         num_workers=workers,
         pin_memory=pin,
+        device=device,
     )
     test = StreamLoader(  # under DDP each rank evaluates its shard (see train/evaluation.py)
-        test_set, cfg.eval_batch_size, rank=rank, world_size=world_size, num_workers=workers, pin_memory=pin
+        test_set,
+        cfg.eval_batch_size,
+        rank=rank,
+        world_size=world_size,
+        num_workers=workers,
+        pin_memory=pin,
+        device=device,
     )
     return train, test
+
+
+def folder_statistics(
+    paths: list[Path], in_chans: int, source: str = "sample"
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The mean and std a streamed folder is normalised by (the DataSource's, which export records).
+
+    `sample` (default): the folder's own, estimated from an evenly spread sample of its training images,
+    as the device-resident path uses the set's own: the same folder trains alike whichever path `auto`
+    picks, and a folder unlike ImageNet is still centred. `imagenet`: timm's defaults (DeiT's)."""
+    if source == "imagenet":
+        return (IMAGENET_MEAN, IMAGENET_STD) if in_chans == 3 else ((0.449,), (0.226,))  # timm's grey
+    if source != "sample":
+        raise ValueError(f"folder statistics come from 'sample' or 'imagenet', got {source!r}")
+    return sampled_statistics(paths, in_chans)
 
 
 def streamed_folder(
@@ -259,7 +281,7 @@ def streamed_folder(
     """A class-per-folder dataset streamed from disk, images at their own size until the crop."""
     labels = torch.tensor(files.train_labels)
     keep = stratified_subset(labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order).tolist()
-    mean, std = (IMAGENET_MEAN, IMAGENET_STD) if in_chans == 3 else ((0.449,), (0.226,))  # timm's grey
+    mean, std = folder_statistics([files.train_paths[i] for i in keep], in_chans)
     img_size = cfg.img_size or 224
     recipe = stream_recipe(cfg, img_size, mean, std, in_chans)
     train_set = StreamingImages(
@@ -272,8 +294,8 @@ def streamed_folder(
         "stream",
         reason,
         *loaders,
-        ToDevice(device),
-        ToDevice(device),
+        recipe.device_augment(True).to(device),
+        recipe.device_augment(False).to(device),
         classes=files.classes,
         in_chans=in_chans,
         img_size=img_size,

@@ -17,7 +17,7 @@ from convinit.data.datasets import dataset_options
 from convinit.data.subsets import stratified_subset
 from convinit.errors import ConfigError
 from convinit.init import initialize
-from convinit.models import create_model
+from convinit.models.external import build_model_by_name
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
 from convinit.train.loggers import check_loggers
 from convinit.train.memory_guard import check_fits_in_memory, check_model_args_bounded
@@ -52,9 +52,10 @@ def dataset_shape(cfg: TrainConfig) -> dict[str, Any] | None:
 def build_model(
     cfg: TrainConfig, num_classes: int, in_chans: int, img_size: int | tuple[int, int]
 ) -> nn.Module:
-    """The configured model; ConfigError if its arguments are unknown or impossible for this data."""
+    """The configured model (a convinit preset, `timm:NAME` or `hf:vit`: `convinit.models.external`);
+    ConfigError if its arguments are unknown or impossible for this data."""
     try:
-        return create_model(
+        return build_model_by_name(
             cfg.model, num_classes=num_classes, img_size=img_size, in_chans=in_chans, **cfg.model_args
         )
     except ConfigError:
@@ -137,7 +138,7 @@ def validate(cfg: TrainConfig) -> None:
         check_model_args_bounded(cfg.model_args)
         try:  # on the meta device: checks shapes and arguments without allocating weights
             with torch.device("meta"):
-                meta_model = create_model(cfg.model, **shape, **cfg.model_args)
+                meta_model = build_model_by_name(cfg.model, **shape, **cfg.model_args)
         except ConfigError:
             raise
         except Exception:  # an init that needs real values (e.g. fixed filters): build it for real

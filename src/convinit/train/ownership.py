@@ -23,6 +23,18 @@ from convinit.errors import ConfigError
 OWNER_LOCK = ".owner.lock"
 READERS_LOCK = ".readers.lock"
 LOCK_FILES = (OWNER_LOCK, READERS_LOCK)
+HELD_OWNER_LOCKS: set[int] = set()  # descriptors of the owner locks this process holds
+
+
+def drop_inherited_owner_locks() -> None:
+    """In a forked child (a DataLoader worker, which may outlive the run): close the parent's owner-lock
+    descriptors, so that the run directory is free as soon as the run that owns it ends."""
+    for fd in HELD_OWNER_LOCKS:
+        os.close(fd)
+    HELD_OWNER_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=drop_inherited_owner_locks)
 
 
 def lock_holder(run_dir: Path) -> str:
@@ -54,8 +66,10 @@ def own_run_dir(run_dir: Path) -> Iterator[None]:
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
+        HELD_OWNER_LOCKS.add(fd)
         yield
     finally:
+        HELD_OWNER_LOCKS.discard(fd)
         os.close(fd)  # closing releases the lock
 
 

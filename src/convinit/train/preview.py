@@ -37,7 +37,8 @@ def augmented_samples(
         else:
             dataset = data.train.dataset
             samples = [dataset[int(i), sample_seed(seed, 0, int(i))] for i in picks]
-            batch = torch.stack([image for image, _ in samples])
+            images = torch.stack([image for image, _ in samples])  # uint8: the device finishes them
+            batch = data.augment(images.to(data.augment.mean.device))
             labels = torch.stack([torch.as_tensor(label) for _, label in samples])
     mean = torch.tensor(data.mean, device=batch.device).view(1, -1, 1, 1)
     std = torch.tensor(data.std, device=batch.device).view(1, -1, 1, 1)
