@@ -7,7 +7,7 @@ PAGE_SETUP. Bash blocks run with `convinit` served by tests/docs/command_server.
 process that imported torch once) after tests/docs/command_client.py shrinks the command (one epoch on
 4 images per class, one seed, 5 % of the data per grid run, two data fractions, Fashion-MNIST read
 from a 1,000 / 300-image copy of its IDX files); a `for` loop runs its first item. Python blocks run
-as written.
+as written, with `batch` (and `images`) defined: 64 real images (64, 3, 32, 32), normalised.
 
 A block or command line that cannot run here is named in EXCLUDED with the reason; the line is replaced
 by an `echo` of that reason, and every entry must still match something in the docs (a stale entry fails).
@@ -45,6 +45,7 @@ EXCLUDED = {
     "--compile both": "torch.compile takes about 40 s per model on a CPU; tests/bench covers the option",
     "python -m pytest -m slow": "the 10-minute soak test; it is marked slow",
     "submit_train(": "submits a SLURM job; tests/reliability/test_slurm_requeue.py runs it with submitit",
+    "python benchmarks/own_models.py": "a benchmark that takes minutes; the page shows its output",
 }
 # page -> commands run in its workspace first, for blocks that continue what another page starts
 PAGE_SETUP = {"docs/reliability.md": "convinit train --out runs/wide --no-progress\n"}
@@ -122,6 +123,7 @@ def command_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def doc_data(tmp_path_factory):
     """The files the docs name, made from real Fashion-MNIST images, and a small copy of its IDX files."""
+    import torch
     from PIL import Image
 
     from convinit.data import load_dataset
@@ -142,7 +144,11 @@ def doc_data(tmp_path_factory):
     for split, stem, count in (("train", "train", 1000), ("test", "t10k", 300)):
         write_idx(small_fashion / f"{stem}-images-idx3-ubyte", getattr(fashion, f"{split}_images")[:count, 0])
         write_idx(small_fashion / f"{stem}-labels-idx1-ubyte", getattr(fashion, f"{split}_labels")[:count])
-    return root, small_fashion
+    # what a snippet may leave to the reader: `batch` (= `images`), 64 real images (64, 3, 32, 32), normalised
+    x = fashion.test_images[:64].float().div(255)
+    x = torch.nn.functional.interpolate(x, size=32, mode="bilinear").expand(-1, 3, -1, -1)
+    batch = ((x - x.mean()) / x.std()).contiguous()
+    return root, small_fashion, batch
 
 
 def write_idx(path: Path, values) -> None:
@@ -191,7 +197,7 @@ def run_bash(code: str, cwd: Path, bin_dir: Path, where: str, fashion_dir: Path)
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_every_block_of_the_page_runs(page, doc_data, command_server, tmp_path, monkeypatch):
-    data, fashion_dir = doc_data
+    data, fashion_dir, batch = doc_data
     workspace = tmp_path / "workspace"
     shutil.copytree(data, workspace)
     monkeypatch.chdir(workspace)
@@ -203,7 +209,8 @@ def test_every_block_of_the_page_runs(page, doc_data, command_server, tmp_path, 
         if block.language == "bash":
             run_bash(runnable_bash(block.code), workspace, command_server, block.where, fashion_dir)
         elif excluded_reason(block.code) is None:
-            exec(compile(block.code, block.where, "exec"), {"__name__": "__doc_test__"})
+            namespace = {"__name__": "__doc_test__", "batch": batch, "images": batch}
+            exec(compile(block.code, block.where, "exec"), namespace)
         print(f"{block.where}: {time.perf_counter() - start:.1f} s")  # pytest -s: where the time goes
 
 
