@@ -76,3 +76,81 @@ def test_overrides_may_follow_options(tmp_path, tiny_overrides):
     argv = ["train", "--out", str(tmp_path / "run"), tiny_overrides[0], "--no-progress", *tiny_overrides[1:]]
     assert main(argv + ["epochs=1"]) == 0
     assert "epochs: 1" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+LISTING_COMMANDS = [["--help"], ["--version"], ["models"], ["configs"], ["datasets"], ["train", "--help"]]
+
+
+def test_listing_help_and_version_do_not_import_torch():
+    """What makes them answer at once: no torch, no model or reader module that needs it."""
+    script = (
+        "import sys\nfrom convinit.cli import main\n"
+        f"for argv in {LISTING_COMMANDS!r}:\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "heavy = sorted(m for m in ('torch', 'timm', 'transformers', 'kornia') if m in sys.modules)\n"
+        "print('imported:', heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "simplevit" in result.stdout and "digits" in result.stdout and "convit/small" in result.stdout
+    assert result.stdout.strip().endswith("imported: []")
+
+
+def test_version_names_the_package(capsys):
+    from convinit import __version__
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"convinit {__version__}"
+
+
+@pytest.mark.parametrize(
+    "argv, overrides",
+    [
+        (["train", "--epochs", "3"], ["epochs=3"]),
+        (["train", "--epochs=3", "--warmup-epochs", "0.5"], ["epochs=3", "warmup_epochs=0.5"]),
+        (["train", "--model_args.dim", "64", "lr=1e-3"], ["model_args.dim=64", "lr=1e-3"]),
+        (["train", "--compile", "epochs=2"], ["compile=true", "epochs=2"]),
+        (["efficiency", "--method", "a=default", "--epochs", "2"], ["--method", "a=default", "epochs=2"]),
+    ],
+)
+def test_key_options_are_synonyms_of_key_value_overrides(argv, overrides):
+    from convinit.cli import build_parser, key_options_as_overrides
+
+    assert key_options_as_overrides(argv, build_parser()) == [argv[0], *overrides]
+
+
+def test_command_options_keep_their_meaning():
+    from convinit.cli import build_parser, key_options_as_overrides
+
+    argv = ["train", "--seed", "1", "--out", "runs/x", "--device", "cpu"]  # options, not keys
+    assert key_options_as_overrides(argv, build_parser()) == argv
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--epoch", "3"], "unknown option --epoch; did you mean epochs=3?"),
+        (["train", "--epochs"], "option --epochs needs a value; did you mean epochs=VALUE?"),
+        (
+            ["train", "dataset=fashion_mnist"],
+            "unknown dataset 'fashion_mnist'; did you mean 'fashion-mnist'?",
+        ),
+        (["train", "model=vit_tiny"], "unknown model 'vit_tiny'; did you mean 'vit_tiny_patch2_32'"),
+        (
+            ["train", "optimizer=adamm"],
+            "must be one of adam, adamw, sgd, got 'adamm'; did you mean 'adam' or",
+        ),
+    ],
+)
+def test_mistyped_keys_and_values_suggest_the_close_names(argv, message, capsys, tmp_path):
+    assert main([*argv, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("convinit: error: ") and message in err
+    assert err.count("\n") == 1
+
+
+def test_datasets_takes_data_dir_as_train_does(tmp_path, capsys):
+    assert main(["datasets", f"data_dir={tmp_path}"]) == 0
+    assert f"folder          not found  {tmp_path}" in capsys.readouterr().out

@@ -1,33 +1,37 @@
 """convinit: Vision Transformers with a convolutional inductive bias, for small datasets.
 
 Public API: `create_model`, `list_models`, `initialize`, `from_pretrained`, `save_pretrained`,
-`list_datasets`, `load_dataset`, `record_attention`.
+`list_datasets`, `load_dataset`, `record_attention`. Each is imported on first use, so that
+`import convinit` (and `convinit --help`, `models`, `configs`, `datasets`) does not import torch.
 """
 
+from __future__ import annotations
+
 import convinit._progress_bars  # noqa: F401  (first: before anything imports tqdm.auto)
-from convinit.data import list_datasets, load_dataset
 from convinit.errors import ConfigError, ConvinitError, DataError
-from convinit.init import initialize
-from convinit.models import create_model, list_models, record_attention
-from convinit.models.pretrained import from_pretrained, save_pretrained
+from convinit.lazy_exports import lazy_exports
+from convinit.models import timm_registry
 
 __version__ = "0.1.0"
 
-from convinit.models import timm_registry  # noqa: E402
+_EXPORTS = {
+    "create_model": "convinit.models.registry",
+    "list_models": "convinit.models.registry",
+    "record_attention": "convinit.models.layers",
+    "initialize": "convinit.init",
+    "from_pretrained": "convinit.models.pretrained",
+    "save_pretrained": "convinit.models.pretrained",
+    "list_datasets": "convinit.data.datasets",
+    "load_dataset": "convinit.data.datasets",
+}
 
 timm_registry.install()  # convinit_<name> models in timm's registry once timm is imported
 
-__all__ = [
-    "ConfigError",
-    "ConvinitError",
-    "DataError",
-    "__version__",
-    "create_model",
-    "from_pretrained",
-    "initialize",
-    "list_datasets",
-    "list_models",
-    "load_dataset",
-    "record_attention",
-    "save_pretrained",
-]
+__all__ = ["ConfigError", "ConvinitError", "DataError", "__version__", *sorted(_EXPORTS)]
+
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -13,12 +13,14 @@ import json
 import sys
 from pathlib import Path
 
+from convinit import __version__
 from convinit.errors import ConfigError, ConvinitError, TrainingDiverged
 
 EXAMPLES = """examples:
   convinit train                                  # default preset: a small ViT on the embedded digits set
   convinit train --config default dataset=fashion-mnist train_fraction=0.05 epochs=5
   convinit train model_args.dim=128 lr=3e-3 --out runs/wide
+  convinit train --epochs 3 --lr 3e-3             # --key value is key=value, for every key
   convinit train --resume runs/wide               # continue an interrupted run
   convinit eval runs/wide
 """
@@ -61,22 +63,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
-    from convinit.data import dataset_info, list_datasets
+    from convinit.config import parse_overrides
+    from convinit.data.datasets import dataset_info, list_datasets
 
+    given = parse_overrides(args.overrides)
+    if set(given) - {"data_dir"}:
+        raise ConfigError(f"datasets takes only data_dir=DIR, got {', '.join(args.overrides)}")
+    data_dir = given.get("data_dir", args.data_dir)
     for name in list_datasets():
         info = dataset_info(name)
-        missing = info.missing_files(args.data_dir)
-        where = info.resolve_dir(args.data_dir)
+        missing = info.missing_files(data_dir)
+        where = info.resolve_dir(data_dir)
         status = "available" if not missing else "not found"
-        place = where or info.where_hint or ("(set --data-dir)" if info.needs_dir else "(embedded)")
+        place = where or info.where_hint or ("(set data_dir=DIR)" if info.needs_dir else "(embedded)")
         print(f"{name:15s} {status:10s} {place}")
     return 0
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from convinit.models import list_models
+    from convinit.models.names import MODEL_NAMES  # a table: listing needs no torch
 
-    print("\n".join(list_models()))
+    print("\n".join(MODEL_NAMES))
     return 0
 
 
@@ -309,7 +316,10 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
 def add_listing_commands(sub: argparse._SubParsersAction) -> None:
     """datasets, models, configs: what this installation has."""
     datasets = sub.add_parser("datasets", help="list datasets and whether each is available here")
-    datasets.add_argument("--data-dir", help="look in this directory instead of the defaults")
+    datasets.add_argument(
+        "overrides", nargs="*", metavar="data_dir=DIR", help="look in DIR instead of the defaults"
+    )
+    datasets.add_argument("--data-dir", help="the same as data_dir=DIR")
     datasets.set_defaults(func=cmd_datasets)
 
     models = sub.add_parser("models", help="list registered model names")
@@ -434,6 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"convinit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     add_run_commands(sub)
@@ -444,13 +455,88 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# commands whose KEY=VALUE overrides are config keys, so `--epochs 3` can mean `epochs=3`
+OVERRIDE_COMMANDS = ("train", "reproduce", "efficiency")
+
+
+def key_options_as_overrides(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """`--epochs 3`, `--epochs=3` and `--warmup-epochs 2` as `epochs=3` ...: what a timm user types.
+
+    Only for commands that take config overrides, and only for names that are config keys and not an
+    option of the command (`train --seed 1` stays the option, which means the same). A key option with
+    no value is `true` for a true/false key and refused with the key=value it needs otherwise.
+    """
+    from convinit.config import KEYS, TrainConfig
+
+    if not argv or argv[0] not in OVERRIDE_COMMANDS:
+        return argv
+    options = command_options(parser, argv[0])
+    flags = {k for k, v in TrainConfig.__annotations__.items() if v in ("bool", bool)}
+    out, rest = [argv[0]], argv[1:]
+    while rest:
+        item = rest.pop(0)
+        name, has_value, value = item[2:].partition("=")
+        key = name.replace("-", "_")
+        if not item.startswith("--") or item.split("=")[0] in options:
+            out.append(item)
+            continue
+        if key.split(".")[0] not in KEYS:
+            refuse_unknown_option(name, value if has_value else (rest[0] if rest else "..."), options)
+            out.append(item)
+            continue
+        if not has_value:
+            if rest and not rest[0].startswith("--") and "=" not in rest[0]:
+                value = rest.pop(0)
+            elif key in flags:
+                value = "true"
+            else:
+                raise ConfigError(f"option --{name} needs a value; did you mean {key}=VALUE?")
+        out.append(f"{key}={value}")
+    return out
+
+
+def refuse_unknown_option(name: str, value: str, options: set[str]) -> None:
+    """`--epoch 3`: neither an option nor a key; refuse naming the key=value it most likely meant."""
+    from convinit.config import KEYS
+    from convinit.did_you_mean import close_names
+
+    keys = close_names(name.replace("-", "_"), KEYS, n=1)
+    if keys and f"--{name}" not in options:
+        raise ConfigError(f"unknown option --{name}; did you mean {keys[0]}={value}?")
+
+
+def command_options(parser: argparse.ArgumentParser, command: str) -> set[str]:
+    """The option strings (--out, -o, ...) a subcommand defines."""
+    for action in parser._subparsers._group_actions:  # argparse keeps subcommands here, nowhere public
+        if command in action.choices:
+            return {o for a in action.choices[command]._actions for o in a.option_strings}
+    return set()
+
+
+def unrecognized(items: list[str]) -> str:
+    """One line for arguments argparse did not take, with the key=value a stray name most likely meant."""
+    from convinit.config import KEYS
+    from convinit.did_you_mean import close_names
+
+    first = items[0]
+    names = close_names(first.lstrip("-").split("=")[0].replace("-", "_"), KEYS, n=1)
+    hint = f"; did you mean {names[0]}=...?" if names else "; overrides are written key=value (epochs=3)"
+    return f"unrecognized argument{'s' if len(items) > 1 else ''} {' '.join(items)}{hint}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    try:
+        argv = key_options_as_overrides(list(sys.argv[1:] if argv is None else argv), parser)
+    except ConfigError as exc:
+        print(f"convinit: error: {exc}", file=sys.stderr)
+        return 2
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may stand anywhere among the options (argparse only takes one positional run)
     stray = [item for item in extra if "=" not in item or item.startswith("-")]
     if stray or (extra and not hasattr(args, "overrides")):
-        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+        print(f"convinit: error: {unrecognized(stray or extra)}", file=sys.stderr)
+        return 2
     if extra:
         args.overrides = list(args.overrides) + extra
     try:

@@ -10,7 +10,6 @@ by building it (see `convinit.train.model_setup.build_model`).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import sys
 import types
@@ -23,7 +22,9 @@ from typing import Any
 import yaml
 
 from convinit.atomic import atomic_write_text
+from convinit.did_you_mean import suggestion
 from convinit.errors import ConfigError
+from convinit.preset_defaults import adapt_preset_defaults
 
 CHOICES = {
     "optimizer": ("adam", "adamw", "sgd"),
@@ -158,9 +159,8 @@ def preset_path(name_or_path: str, relative_to: Path | None = None) -> Path:
         return shipped
     if path.suffix in (".yaml", ".yml"):
         raise ConfigError(f"config file {path} does not exist")
-    hint = difflib.get_close_matches(name_or_path, preset_names(), n=1)
-    suggestion = f"; did you mean {hint[0]!r}?" if hint else "; `convinit configs` lists them"
-    raise ConfigError(f"unknown preset {name_or_path!r}{suggestion}")
+    hint = suggestion(name_or_path, preset_names(), "; `convinit configs` lists them")
+    raise ConfigError(f"unknown preset {name_or_path!r}{hint}")
 
 
 def load_preset(
@@ -290,10 +290,10 @@ def coerce(key: str, value: Any, annotation: Any) -> Any:
 
 def check_values(cfg: TrainConfig) -> None:
     for key, options in CHOICES.items():
-        if getattr(cfg, key) not in options:
-            raise ConfigError(
-                f"config key {key!r} must be one of {', '.join(options)}, got {getattr(cfg, key)!r}"
-            )
+        value = getattr(cfg, key)
+        if value not in options:
+            hint = suggestion(value, options)
+            raise ConfigError(f"config key {key!r} must be one of {', '.join(options)}, got {value!r}{hint}")
     positive = ["epochs", "batch_size", "eval_batch_size", "repeated_aug", "log_every", "threads"]
     for key in positive:
         if getattr(cfg, key) is not None and getattr(cfg, key) < 1:
@@ -379,25 +379,52 @@ def check_randaugment(cfg: TrainConfig) -> None:
             )
 
 
-def build_config(values: dict[str, Any]) -> TrainConfig:
-    """Validate a mapping of keys into a TrainConfig (one-line ConfigError on the first problem)."""
-    unknown = [k for k in values if k not in KEYS]
-    if unknown:
-        key = unknown[0]
-        hint = difflib.get_close_matches(key, KEYS, n=1)
-        suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; valid keys: {', '.join(KEYS)}"
-        raise ConfigError(f"unknown config key {key!r}{suggestion}")
-    hints = typing.get_type_hints(TrainConfig)
-    checked = {key: coerce(key, value, hints[key]) for key, value in values.items()}
+def build_config(
+    values: dict[str, Any], user_keys: set[str] | None = None, preset: str = "default"
+) -> TrainConfig:
+    """Validate a mapping of keys into a TrainConfig (one-line ConfigError on the first problem).
+
+    With `user_keys` (the keys the user overrode on top of `preset`), the preset's values that collide
+    with them adapt, with one line on stderr each (see convinit.preset_defaults).
+    """
+    checked = checked_values(values)
+    if user_keys is not None:
+        defaults = TrainConfig().to_dict()
+        preset_alone = checked_values(load_preset(preset))
+        checked = adapt_preset_defaults(
+            {**defaults, **checked}, {**defaults, **preset_alone}, user_keys, preset, say_once
+        )
     cfg = TrainConfig(**checked)
     check_values(cfg)
     return cfg
 
 
+def checked_values(values: dict[str, Any]) -> dict[str, Any]:
+    """Known keys, each of its field's type (one-line ConfigError naming the first that is not)."""
+    unknown = [k for k in values if k not in KEYS]
+    if unknown:
+        key = unknown[0]
+        hint = suggestion(key, KEYS, f"; valid keys: {', '.join(KEYS)}", n=1)
+        raise ConfigError(f"unknown config key {key!r}{hint}")
+    hints = typing.get_type_hints(TrainConfig)
+    return {key: coerce(key, value, hints[key]) for key, value in values.items()}
+
+
+_SAID: set[str] = set()
+
+
+def say_once(message: str) -> None:
+    """One line on stderr per adapted default; a grid resolving one preset many times says it once."""
+    if message not in _SAID:
+        _SAID.add(message)
+        print(f"convinit: {message}", file=sys.stderr)
+
+
 def resolve_config(
     preset: str | None = None, overrides: list[str] | dict[str, Any] | None = None
 ) -> TrainConfig:
-    """Defaults <- preset (default: `default`) <- overrides, validated."""
+    """Defaults <- preset (default: `default`) <- overrides, validated; the preset's values that
+    collide with an override adapt to it (a warm-up as long as a shortened run is scaled down)."""
     values = load_preset(preset or "default")
     extra = parse_overrides(overrides) if isinstance(overrides, list) else (overrides or {})
     model = extra.get("model")
@@ -407,7 +434,7 @@ def resolve_config(
         print(f"convinit: model {model}: the preset's model_args (for {values.get('model')}) are not used",
               file=sys.stderr)  # fmt: skip
         values = {key: value for key, value in values.items() if key != "model_args"}
-    return build_config(merge(values, extra))
+    return build_config(merge(values, extra), set(extra), preset or "default")
 
 
 def save_config(cfg: TrainConfig, path: Path) -> None:

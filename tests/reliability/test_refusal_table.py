@@ -110,7 +110,7 @@ T = ["train", *TINY, "--no-progress"]
 # id -> (argv given the temporary folder, exit code, part of the one line)
 ROWS = {
     "clip-grad-negative": (lambda t: [*T, "clip_grad=-1"], 2, "'clip_grad' must be positive or null"),
-    "min-lr-above-lr": (lambda t: [*T, "min_lr=1"], 2, "min_lr (1.0) must be below lr"),
+    "min-lr-above-lr": (lambda t: [*T, "min_lr=1"], 2, "min_lr (1.0, set by you) must be below lr"),
     "lr-nan": (lambda t: [*T, "lr=nan"], 2, "'lr' must be a finite number"),
     "lr-inf": (lambda t: [*T, "lr=inf"], 2, "'lr' must be a finite number"),
     "warmup-nan": (lambda t: [*T, "warmup_epochs=nan"], 2, "'warmup_epochs' must be a finite number"),

@@ -54,7 +54,7 @@ def test_comma_separated_list_for_track():
         ("hflip=1", "config key 'hflip' must be true or false"),
         ("train_fraction=1.5", "train_fraction' must be in (0, 1]"),
         ("label_smoothing=1.0", "'label_smoothing' must be in [0, 1)"),
-        ("warmup_epochs=50", "warmup_epochs (50.0) must be shorter than epochs"),
+        ("warmup_epochs=50", "warmup_epochs (50.0, set by you) must be shorter than epochs (20, from preset"),
         ("epochs", "is not key=value"),
         ("precision=fp8", "config key 'precision' must be one of auto, fp32, tf32, bf16, fp16, got 'fp8'"),
         ("compile=maybe", "config key 'compile' must be true or false"),

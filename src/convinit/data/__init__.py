@@ -1,29 +1,28 @@
-"""Datasets (one reader per on-disk format), subsets, the device-resident loader and augmentation."""
+"""Datasets (one reader per on-disk format), subsets, the device-resident loader and augmentation.
 
-from convinit.data import cifar, digits, folder, hf, idx, svhn, tiny_imagenet  # noqa: F401  (register datasets)
-from convinit.data.augment import BatchAugment, MixupCutmix
-from convinit.data.datasets import (
-    ImageDataset,
-    check_available,
-    dataset_info,
-    dataset_options,
-    list_datasets,
-    load_dataset,
-    register_dataset,
-)
-from convinit.data.loader import DeviceLoader
-from convinit.data.subsets import stratified_subset
+Names are imported on first use: listing datasets (`convinit datasets`) needs no torch, and the
+registry imports the reader modules (cifar, digits, folder, hf, idx, svhn, tiny_imagenet) when first asked.
+"""
 
-__all__ = [
-    "BatchAugment",
-    "DeviceLoader",
-    "ImageDataset",
-    "MixupCutmix",
-    "check_available",
-    "dataset_info",
-    "dataset_options",
-    "list_datasets",
-    "load_dataset",
-    "register_dataset",
-    "stratified_subset",
-]
+from __future__ import annotations
+
+from convinit.lazy_exports import lazy_exports
+
+_EXPORTS = {
+    "BatchAugment": "convinit.data.augment",
+    "MixupCutmix": "convinit.data.augment",
+    "ImageDataset": "convinit.data.datasets",
+    "check_available": "convinit.data.datasets",
+    "dataset_info": "convinit.data.datasets",
+    "dataset_options": "convinit.data.datasets",
+    "list_datasets": "convinit.data.datasets",
+    "load_dataset": "convinit.data.datasets",
+    "register_dataset": "convinit.data.datasets",
+    "DeviceLoader": "convinit.data.loader",
+    "stratified_subset": "convinit.data.subsets",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

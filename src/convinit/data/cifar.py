@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, data_home, register_dataset
 from convinit.errors import DataError
+
+if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
+    import torch
 
 # SPEC section 6: normalisation constants of the papers' code.
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -119,6 +122,8 @@ def missing_cifar_files(name: str):
 
 
 def read_split(folder: Path, files: list[str], label_key: bytes) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
     images, labels = [], []
     for file in files:
         batch = load_batch(folder / file)

@@ -7,15 +7,18 @@ training device, so there is no per-image Python work during training.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from convinit.did_you_mean import suggestion
 from convinit.errors import ConfigError, DataError
+
+if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
+    import torch
 
 
 @dataclass
@@ -50,6 +53,8 @@ class ImageDataset:
 
 def channel_statistics(images: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Per-channel mean and std of uint8 images, in [0, 1] units (computed in chunks to bound memory)."""
+    import torch
+
     total = torch.zeros(images.shape[1], dtype=torch.float64)
     total_sq = torch.zeros_like(total)
     for chunk in images.split(4096):
@@ -103,6 +108,13 @@ class DatasetInfo:
 
 
 _DATASETS: dict[str, DatasetInfo] = {}
+# the reader modules that register the shipped datasets, imported on first use of the registry
+READERS = ("cifar", "digits", "folder", "hf", "idx", "svhn", "tiny_imagenet")
+
+
+def load_readers() -> None:
+    for module in READERS:
+        importlib.import_module(f"convinit.data.{module}")
 
 
 def register_dataset(info: DatasetInfo) -> DatasetInfo:
@@ -111,12 +123,15 @@ def register_dataset(info: DatasetInfo) -> DatasetInfo:
 
 
 def list_datasets() -> list[str]:
+    load_readers()
     return sorted(_DATASETS)
 
 
 def dataset_info(name: str) -> DatasetInfo:
+    load_readers()
     if name not in _DATASETS:
-        raise ConfigError(f"unknown dataset {name!r}; choose one of: {', '.join(list_datasets())}")
+        hint = suggestion(name, list_datasets())
+        raise ConfigError(f"unknown dataset {name!r}{hint} (choose one of: {', '.join(list_datasets())})")
     return _DATASETS[name]
 
 
@@ -129,6 +144,7 @@ def data_home() -> Path:
 
 def dataset_options(cfg: Any) -> dict[str, Any]:
     """The config keys the configured dataset's reader takes, with their values (`cfg`: a TrainConfig)."""
+    load_readers()
     info = _DATASETS.get(cfg.dataset)
     return {key: getattr(cfg, key) for key in info.options} if info is not None else {}
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, register_dataset
 
@@ -17,6 +16,7 @@ TRAIN_SIZE = 1000
 
 
 def read_digits(root: Path | None = None, download: bool = False) -> ImageDataset:
+    import torch
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, register_dataset
 from convinit.data.image_files import all_grayscale, decode_images, image_files
@@ -93,6 +92,8 @@ def folder_splits(root: Path) -> FolderSplits:
 
 
 def read_folder(root: Path, download: bool = False) -> ImageDataset:
+    import torch
+
     files = folder_splits(root)
     classes, train_paths, train_labels = files.classes, files.train_paths, files.train_labels
     test_paths, test_labels = files.test_paths, files.test_labels

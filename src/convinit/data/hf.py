@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, register_dataset
 from convinit.data.image_files import ImageSource, all_grayscale, decode_images
@@ -136,6 +135,8 @@ def read_hf(
     hf_image_column: str | None = None,
     hf_label_column: str | None = None,
 ) -> ImageDataset:
+    import torch
+
     datasets = require_datasets()
     splits = open_splits(root, hf_name, hf_config)
     train = pick_split(splits, hf_split_train, "hf_split_train")

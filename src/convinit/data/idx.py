@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-import torch
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, data_home, register_dataset
 from convinit.errors import DataError
@@ -84,6 +83,8 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def read_idx_dataset(name: str, root: Path, classes: list[str]) -> ImageDataset:
+    import torch
+
     arrays = {}
     for key, stem in SPLIT_FILES.items():
         path = find_idx_file(root, stem)

@@ -8,10 +8,13 @@ from __future__ import annotations
 import io
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from PIL import Image
+
+if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
+    import torch
 
 ImageSource = Path | bytes
 
@@ -56,6 +59,8 @@ def decode_images(
     `size` defaults to the most common size among the files, so a folder of mixed sizes still loads.
     Each image is converted to an array as soon as it is decoded, so memory holds one copy of the data.
     """
+    import torch
+
     mode = "L" if grayscale else "RGB"
     height, width = size if size is not None else most_common_size(paths)
     out = np.empty((len(paths), height, width, 1 if grayscale else 3), dtype=np.uint8)  # (N, H, W, C)

@@ -6,12 +6,15 @@ In the .mat files X is (32, 32, 3, N) and y is (N, 1) with the digit 0 stored as
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, data_home, files_missing, register_dataset
 from convinit.errors import DataError
+
+if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
+    import torch
 
 SVHN_MEAN = (0.4377, 0.4438, 0.4728)  # SPEC section 6
 SVHN_STD = (0.1980, 0.2010, 0.1970)
@@ -19,6 +22,7 @@ FILES = {"train": "train_32x32.mat", "test": "test_32x32.mat"}
 
 
 def read_mat(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
     from scipy.io import loadmat
 
     try:

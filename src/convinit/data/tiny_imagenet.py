@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from convinit.data.datasets import DatasetInfo, ImageDataset, data_home, register_dataset
 from convinit.data.image_files import decode_images
 from convinit.errors import DataError
@@ -29,6 +27,8 @@ def missing_tiny_files(root: Path) -> list[str]:
 
 
 def read_tiny_imagenet(root: Path, download: bool = False) -> ImageDataset:
+    import torch
+
     if download and missing_tiny_files(root):
         from torchvision.datasets.utils import download_and_extract_archive
 

@@ -39,7 +39,10 @@ def efficiency_runs(
     overrides = flatten(overrides or {})
     for method_index, (label, (preset, method_overrides)) in enumerate(methods.items()):
         method_overrides = flatten(method_overrides)
-        base = resolve_config(preset, merge(method_overrides, overrides))
+        try:
+            base = resolve_config(preset, merge(method_overrides, overrides))
+        except ConfigError as exc:  # name the method: several may share a preset
+            raise ConfigError(f"--method {label}: {exc}") from exc
         labels = load_dataset(
             base.dataset, base.data_dir, base.download, **dataset_options(base)
         ).train_labels

@@ -1,7 +1,21 @@
-"""Model registry and architectures; importing this package registers every preset."""
+"""Model registry and architectures, imported on first use (`import convinit` needs no torch).
 
-from convinit.models import convit, convmixer, deit, vit  # noqa: F401  (importing registers their presets)
-from convinit.models.layers import record_attention
-from convinit.models.registry import create_model, list_models, register_model
+`create_model`, `list_models` and `register_model` see every shipped preset: the registry imports the
+architecture modules (vit, convit, convmixer, deit) the first time it is asked.
+"""
 
-__all__ = ["create_model", "list_models", "record_attention", "register_model"]
+from __future__ import annotations
+
+from convinit.lazy_exports import lazy_exports
+
+_EXPORTS = {
+    "create_model": "convinit.models.registry",
+    "list_models": "convinit.models.registry",
+    "register_model": "convinit.models.registry",
+    "record_attention": "convinit.models.layers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

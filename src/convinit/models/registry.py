@@ -7,16 +7,28 @@ preset-specific keyword. Unknown names and unknown keywords fail with a one-line
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch.nn as nn
-
+from convinit.did_you_mean import suggestion
 from convinit.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch.nn as nn
 
 _MODELS: dict[str, Callable[..., nn.Module]] = {}
 # Every preset takes these three, each with its own default (timm's constructor convention).
 SHAPE_ARGUMENTS = ("num_classes", "img_size", "in_chans")
+# the modules whose presets make up the registry; imported on first use, so that `import convinit`
+# and `convinit models` need no torch (convinit.models.names lists the names without them)
+FAMILIES = ("vit", "convit", "convmixer", "deit")
+
+
+def load_families() -> None:
+    for module in FAMILIES:
+        importlib.import_module(f"convinit.models.{module}")
 
 
 def register_model(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
@@ -33,12 +45,15 @@ def register_model(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
 
 def list_models() -> list[str]:
     """Names of all registered models, sorted."""
+    load_families()
     return sorted(_MODELS)
 
 
 def model_entrypoint(name: str) -> Callable[..., nn.Module]:
+    load_families()
     if name not in _MODELS:
-        raise ConfigError(f"unknown model {name!r}; choose one of: {', '.join(list_models())}")
+        hint = suggestion(name, list_models(), "; `convinit models` lists them")
+        raise ConfigError(f"unknown model {name!r}{hint}")
     return _MODELS[name]
 
 

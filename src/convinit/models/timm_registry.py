@@ -12,9 +12,10 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch.nn as nn
+if TYPE_CHECKING:
+    import torch.nn as nn
 
 PREFIX = "convinit_"
 # arguments timm's create_model / train.py pass to every entrypoint, meaningless for convinit presets
