@@ -46,9 +46,20 @@ EXCLUDED = {
     "python -m pytest -m slow": "the 10-minute soak test; it is marked slow",
     "submit_train(": "submits a SLURM job; tests/reliability/test_slurm_requeue.py runs it with submitit",
     "python benchmarks/own_models.py": "a benchmark that takes minutes; the page shows its output",
+    "python benchmarks/bias_diagnostics.py": "measures every run of the trained grid above; the page shows its output",
+    "python benchmarks/init_quality.py": "fits and measures every model of its table (minutes); the page shows its output",
 }
 # page -> commands run in its workspace first, for blocks that continue what another page starts
-PAGE_SETUP = {"docs/reliability.md": "convinit train --out runs/wide --no-progress\n"}
+PAGE_SETUP = {
+    "docs/reliability.md": "convinit train --out runs/wide --no-progress\n",
+    # the paper-1 page analyses the alpha 0.5 grid, of which its loops run only the first row here
+    "docs/paper1.md": "".join(
+        f"convinit train --config paper1/table3_alpha_small {args} model_args.alpha=0.5 eval_every=20 "
+        "track=[init_quality] dataset=fashion-mnist per_class=100 model_args.patch_size=4 --no-progress "
+        f"--out runs/paper1/fashion/alpha0.5/{row}/seed0\n"
+        for row, args in (("random", "init=random"), ("impulse-convinit-fit", "init=impulse"))
+    ),
+}
 FENCE = re.compile(r"^(\s*)```(bash|python)\s*$")
 LOOP = re.compile(r"\bfor\s+(\w+)\s+in\s+(.+?);\s*do\b")
 
