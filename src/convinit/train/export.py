@@ -9,14 +9,16 @@ from pathlib import Path
 import torch.nn as nn
 
 from convinit.config import load_config
-from convinit.data import dataset_info
 from convinit.errors import ConfigError
 from convinit.models.pretrained import FOLDER_FILES, is_repo_id
 from convinit.publish import writable_folder
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
+from convinit.train.data_record import run_data_record
 from convinit.train.model_card import run_model_card
-from convinit.train.model_setup import build_model, prepare_data
+from convinit.train.model_setup import build_model
 from convinit.train.ownership import reading_checkpoints
+
+EXPORTED = ("classes", "mean", "std", "img_size", "preprocess")  # from the run's record into config.json
 
 
 def export_run(
@@ -37,25 +39,18 @@ def export_run(
     if push_to_hub is not None and not is_repo_id(push_to_hub):
         raise ConfigError(f"--push-to-hub wants a Hub name user/name, got {push_to_hub!r}")
     cfg = load_config(run_dir / "config.yaml")
-    dataset_info(cfg.dataset)
-    dataset, keep = prepare_data(cfg)
-    img_size = cfg.img_size or dataset.img_size
-    model = build_model(cfg, dataset.num_classes, dataset.in_chans, img_size)
+    record = run_data_record(run_dir, cfg)  # what the run trained with, never recomputed
+    img_size = tuple(record["img_size"]) if isinstance(record["img_size"], list) else record["img_size"]
+    model = build_model(cfg, len(record["classes"]), record["in_chans"], img_size)
     with reading_checkpoints(run_dir):  # a training run cannot prune it while it is read
         checkpoint = latest_checkpoint(run_dir)
         if checkpoint is None:
             raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
         load_weights(model, checkpoint)
         epoch = int(math.floor(load_train_state(checkpoint)["epoch"]))
-    metadata = {
-        "dataset": cfg.dataset,
-        "classes": dataset.classes,
-        "mean": list(dataset.mean),
-        "std": list(dataset.std),
-        "img_size": list(img_size) if isinstance(img_size, tuple) else img_size,
-    }
+    metadata = {"dataset": cfg.dataset, **{k: record[k] for k in EXPORTED}}
     model.pretrained_config = {"model": cfg.model, **metadata}
-    model.model_card = run_model_card(run_dir, cfg, dataset, len(keep), epoch)
+    model.model_card = run_model_card(run_dir, cfg, record, epoch)
     if out is not None:
         model.save_pretrained(out)
     if push_to_hub is not None:
