@@ -4,7 +4,9 @@ model card generated from the run (see `convinit.train.model_card`); optionally 
 from __future__ import annotations
 
 import math
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import torch.nn as nn
 
@@ -18,6 +20,7 @@ from convinit.train.model_card import run_model_card
 from convinit.train.model_setup import build_model
 from convinit.train.ownership import reading_checkpoints
 
+CONNECT_TIMEOUT = 10  # seconds to reach the Hub before a push is given up
 EXPORTED = ("classes", "mean", "std", "img_size", "preprocess")  # from the run's record into config.json
 
 
@@ -54,18 +57,44 @@ def export_run(
     if out is not None:
         model.save_pretrained(out)
     if push_to_hub is not None:
-        push(model, push_to_hub)
+        push(model, push_to_hub, Path(out) if out is not None else None)
     return model.eval()
 
 
-def push(model: nn.Module, repo_id: str) -> None:
-    """Upload the model folder (weights, config, card) to the Hub; failures are one line."""
+def push(model: nn.Module, repo_id: str, saved: Path | None) -> None:
+    """Upload the model folder (weights, config, card) to the Hub. Without a network this fails in one
+    line within `CONNECT_TIMEOUT` seconds (at once under HF_HUB_OFFLINE), naming the local export kept."""
+    import httpx  # huggingface_hub's HTTP client
+    from huggingface_hub import constants
     from huggingface_hub.errors import HfHubHTTPError
 
+    kept = (
+        f"the export in {saved} is kept: push it later with `hf upload {repo_id} {saved}`"
+        if saved
+        else ("export to a folder first, then push it with `hf upload`")
+    )
+    if constants.HF_HUB_OFFLINE:
+        raise ConfigError(f"not pushed to {repo_id}: HF_HUB_OFFLINE is set, the Hub is not contacted; {kept}")
+    reach(constants.ENDPOINT, repo_id, kept)
     try:
         model.push_to_hub(repo_id)
-    except (HfHubHTTPError, OSError, ValueError) as exc:
+    except (HfHubHTTPError, httpx.TransportError, OSError, ValueError) as exc:
         detail = " ".join(str(exc).split())[:300]
+        login = "" if isinstance(exc, httpx.TransportError) else "; log in with `hf auth login`"
         raise ConfigError(
-            f"could not push to {repo_id} ({type(exc).__name__}: {detail}); log in with `hf auth login`"
+            f"could not push to {repo_id} ({type(exc).__name__}: {detail}){login}; {kept}"
+        ) from exc
+
+
+def reach(endpoint: str, repo_id: str, kept: str) -> None:
+    """One TCP connection to the Hub's host within `CONNECT_TIMEOUT` seconds, or a one-line ConfigError
+    (huggingface_hub retries a refused upload for minutes before it gives up)."""
+    url = urlsplit(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"not pushed to {repo_id}: cannot reach {endpoint} ({exc.strerror or exc or 'timed out'}); "
+            f"check the network; {kept}"
         ) from exc
