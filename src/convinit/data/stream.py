@@ -16,6 +16,8 @@ Two properties make a streamed run resumable exactly:
 
 from __future__ import annotations
 
+import functools
+import os
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,6 +28,10 @@ import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+from convinit.data.image_files import UNREADABLE, unreadable_image
+from convinit.errors import DataError
+from convinit.lifetime import die_with_worker_parent
 
 # DeiT's RandAugment string (timm's 0-10 magnitude scale; "inc1": the magnitude-increasing ops).
 DEIT_RANDAUGMENT = "rand-m9-mstd0.5-inc1"
@@ -157,8 +163,11 @@ class StreamingImages(Dataset):
         if isinstance(self.source, torch.Tensor):
             pixels = self.source[index].permute(1, 2, 0).numpy()  # (H, W, C)
             return Image.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels).convert(self.mode)
-        with Image.open(self.source[index]) as img:
-            return img.convert(self.mode)
+        try:
+            with Image.open(self.source[index]) as img:
+                return img.convert(self.mode)
+        except UNREADABLE as exc:
+            raise unreadable_image(self.source[index], exc) from exc
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         index, seed = key
@@ -253,9 +262,21 @@ class StreamLoader:
             batch_sampler=batches,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
+            worker_init_fn=functools.partial(die_with_worker_parent, os.getpid()),  # no orphaned workers
             **workers,
         )
-        return iter(loader)
+        return one_line_errors(iter(loader))
+
+
+def one_line_errors(batches: Iterator) -> Iterator:
+    """A worker's DataError (an unreadable image) arrives with the worker's traceback in its message:
+    keep its last line, the one that names the file."""
+    try:
+        yield from batches
+    except DataError as exc:
+        raise DataError(
+            str(exc).strip().splitlines()[-1].removeprefix("convinit.errors.DataError: ")
+        ) from None
 
 
 def decoded_bytes(n_images: int, in_chans: int, size: tuple[int, int]) -> int:

@@ -15,7 +15,7 @@ its child process dies) does not stop the others: it is reported as failed, with
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import functools
 import json
 import os
 import signal
@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from convinit import lifetime
 from convinit.atomic import atomic_write_text
 from convinit.config import config_differences, load_config, save_config
 from convinit.errors import ConfigError, ConvinitError
@@ -38,7 +39,6 @@ from convinit.train.ownership import own_run_dir
 from convinit.train.signals import RunInterrupted
 
 LAUNCHERS = ("local", "slurm")
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def run_state(run_dir: Path) -> str:
@@ -105,16 +105,7 @@ def check_distinct(runs: list[RunSpec]) -> None:
 
 def die_with_parent(parent: int) -> Callable[[], None]:
     """The child's pre-exec step (Linux): SIGTERM it when the parent dies, however the parent dies."""
-
-    def set_death_signal() -> None:
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        except (OSError, AttributeError):  # not Linux: the parent's cleanup still stops its children
-            return
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return set_death_signal
+    return functools.partial(lifetime.die_with_parent, parent, signal.SIGTERM)
 
 
 def child_process(command: list[str]) -> subprocess.Popen:
