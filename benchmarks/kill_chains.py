@@ -42,7 +42,7 @@ def chains(args: argparse.Namespace, workdir: Path):
     yield lambda: run_chain(workdir, "device", [epochs], kills=args.kills, seed=args.seed)
     yield lambda: run_chain(workdir, "stream", [epochs, *STREAM_OVERRIDES], kills=args.kills, seed=args.seed)
     in_eval = [
-        Interruption(["--pause-in-eval", "2"], SIGTERM),
+        Interruption(["--pause-in-eval", "3"], SIGTERM),
         Interruption(["--pause-in-eval", "1"], SIGKILL),
     ]
     yield lambda: run_chain(workdir, "eval", ["eval_every=1"], in_eval)

@@ -23,7 +23,7 @@ def assert_identical(result) -> None:
 
 
 def test_sigterm_then_sigkill_during_evaluation_resume_to_the_uninterrupted_run(tmp_path):
-    stops = [Interruption(["--pause-in-eval", "2"], SIGTERM), Interruption(["--pause-in-eval", "1"], SIGKILL)]
+    stops = [Interruption(["--pause-in-eval", "3"], SIGTERM), Interruption(["--pause-in-eval", "1"], SIGKILL)]
     assert_identical(run_chain(tmp_path, "eval", ["eval_every=1"], stops))
 
 
