@@ -2,9 +2,9 @@
 
 SIGTERM inside an evaluation (the run finishes it, checkpoints at the epoch end, exits 143), inside
 the init fit (it stops at once, nothing to lose) and SIGKILL there; a `reproduce --jobs 2` grid stopped
-with SIGTERM (a `stopped:` line, exit 143, its children write step checkpoints) and killed with
-SIGKILL (the kernel stops its children the same way): each rerun ends exactly as the uninterrupted
-run. The full chains (8 random kills of an 8-epoch run, device-resident and streamed) are
+with SIGTERM (a `stopped:` line, exit 143, its children write step checkpoints): each rerun ends
+exactly as the uninterrupted run. The full chains (8 random kills of an 8-epoch run, device-resident and
+streamed; a grid killed with SIGKILL, whose children the kernel stops the same way) are
 benchmarks/kill_chains.py, and `-m slow` here.
 """
 
@@ -32,8 +32,13 @@ def test_sigterm_then_sigkill_during_the_init_fit_resume_to_the_uninterrupted_ru
     assert_identical(run_chain(tmp_path, "init", INIT_FIT_OVERRIDES, stops))
 
 
-def test_a_grid_stopped_by_sigterm_then_killed_resumes_its_rows_to_the_uninterrupted_grid(tmp_path):
-    stops = [Interruption(["--pause-at-step", "5"], SIGTERM), Interruption(["--pause-at-step", "4"], SIGKILL)]
+def test_a_grid_stopped_by_sigterm_resumes_its_rows_to_the_uninterrupted_grid(tmp_path):
+    assert_identical(run_grid_chain(tmp_path, [Interruption(["--pause-at-step", "5"], SIGTERM)]))
+
+
+@pytest.mark.slow
+def test_a_grid_killed_then_stopped_resumes_its_rows_to_the_uninterrupted_grid(tmp_path):
+    stops = [Interruption(["--pause-at-step", "4"], SIGKILL), Interruption(["--pause-at-step", "5"], SIGTERM)]
     assert_identical(run_grid_chain(tmp_path, stops))
 
 
