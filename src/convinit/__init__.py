@@ -4,6 +4,7 @@ Public API: `create_model`, `list_models`, `initialize`, `from_pretrained`, `sav
 `list_datasets`, `load_dataset`, `record_attention`.
 """
 
+import convinit._progress_bars  # noqa: F401  (first: before anything imports tqdm.auto)
 from convinit.data import list_datasets, load_dataset
 from convinit.errors import ConfigError, ConvinitError, DataError
 from convinit.init import initialize

@@ -54,10 +54,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from convinit.train import evaluate_run
+    from convinit.train.evaluation import evaluate_run, evaluation_line
 
-    result = evaluate_run(args.run_dir, ema=args.ema, device=args.device)
-    print(json.dumps(result, indent=1))
+    print(evaluation_line(evaluate_run(args.run_dir, ema=args.ema, device=args.device), args.ema))
     return 0
 
 
@@ -210,10 +209,9 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from convinit.analysis.plots import render_run_analysis
+    from convinit.experiments.attention_figures import analyze_run
 
-    for path in render_run_analysis(args.run_dir):
-        print(path)
+    print("\n".join(analyze_run(args.run_dir)))
     return 0
 
 

@@ -110,6 +110,7 @@ class TrainConfig:
     deterministic: bool = False
     device: str = "auto"
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere; fp16 adds a GradScaler
+    threads: int | None = None  # CPU threads of this process; null: chosen (see convinit.train.threads)
     compile: bool = False  # torch.compile the training forward/backward (checkpoints keep plain keys)
     # torch.compile's mode; auto: max-autotune (with CUDA graphs) on CUDA, torch's default elsewhere
     compile_mode: str = "auto"
@@ -290,9 +291,9 @@ def check_values(cfg: TrainConfig) -> None:
             raise ConfigError(
                 f"config key {key!r} must be one of {', '.join(options)}, got {getattr(cfg, key)!r}"
             )
-    positive = ["epochs", "batch_size", "eval_batch_size", "repeated_aug", "log_every"]
+    positive = ["epochs", "batch_size", "eval_batch_size", "repeated_aug", "log_every", "threads"]
     for key in positive:
-        if getattr(cfg, key) < 1:
+        if getattr(cfg, key) is not None and getattr(cfg, key) < 1:
             raise ConfigError(f"config key {key!r} must be at least 1, got {getattr(cfg, key)}")
     if cfg.lr <= 0:
         raise ConfigError(f"config key 'lr' must be positive, got {cfg.lr}")

@@ -22,6 +22,9 @@ def test_teaching_notebook_runs_top_to_bottom(tmp_path):
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the figures were drawn
     assert (tmp_path / "notebook-runs" / "impulse" / "finished.json").exists()
+    streams = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert "step/s" in streams or "s/step" in streams  # the training progress bar, as text
+    assert "IProgress" not in streams  # no ipywidgets warning where ipywidgets is not installed
 
 
 def test_custom_model_example_initialises_a_timm_vit():
@@ -30,3 +33,23 @@ def test_custom_model_example_initialises_a_timm_vit():
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "argmax agreement with the target convolution: 1.000" in result.stdout
+
+
+JUPYTER_WITHOUT_IPYWIDGETS = """
+import sys, types, warnings
+import IPython
+sys.modules["ipykernel.zmqshell"] = types.ModuleType("ipykernel.zmqshell")  # what tqdm.auto looks for
+sys.modules["ipywidgets"] = None  # `import ipywidgets` fails, as where it is not installed
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import convinit.train.trainer
+    import tqdm.auto
+print(tqdm.auto.tqdm.__module__, [str(w.message) for w in caught if "IProgress" in str(w.message)])
+"""
+
+
+def test_in_jupyter_without_ipywidgets_the_bar_is_text_and_nothing_warns():
+    command = [sys.executable, "-c", JUPYTER_WITHOUT_IPYWIDGETS]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["tqdm.asyncio", "[]"]  # tqdm.auto's text bar (not tqdm.notebook)

@@ -22,6 +22,10 @@ def test_tensorboard_logger_writes_step_epoch_and_init_scalars(tmp_path, tiny_ov
     accuracy = [e.value for e in events.Scalars("epoch/test_acc")]
     assert accuracy[-1] == pytest.approx(run.metrics[-1]["test_acc"])
     assert "git_commit" in str(events.Tensors("provenance/text_summary")[0].tensor_proto)
+    assert set(events.Tags()["images"]) == {"augmentations", "attention/init", "attention/trained"}
+    grid = events.Images("augmentations")[0]
+    assert (grid.width, grid.height) == (8 * 66 + 2, 4 * (66 + 14) + 2)  # the grid of augmentations.png
+    assert events.Images("attention/trained")[0].step == run.metrics[-1]["epoch"] * 10  # 10 steps an epoch
 
 
 def test_missing_tracker_package_is_a_one_line_pip_hint(tiny_overrides, monkeypatch):

@@ -23,6 +23,10 @@ def test_demo_trains_every_method_and_writes_the_report(tmp_path):
     )
     assert "ConvMixer" not in " ".join(maps)  # no attention to draw
     assert "attention/" in text and "1 epochs" in text
+    convit = next(line for line in text.splitlines() if line.startswith("| ConViT (GPSA, local init) | GPSA"))
+    entropy, distance = (float(cell) for cell in convit.strip("| ").split(" | ")[-2:])  # measured, not dashes
+    assert 0 < entropy < 1 and distance > 0
+    assert "| ConvMixer, frozen impulse filters | random | no attention |" in text
 
 
 def test_demo_rerun_skips_finished_methods(tmp_path):

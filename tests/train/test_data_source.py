@@ -109,7 +109,7 @@ def test_a_streamed_folder_run_killed_mid_epoch_resumes_to_the_same_weights(
         assert torch.equal(tensor, resumed.model.state_dict()[name]), name
     assert resumed.metrics[-1]["test_acc"] == reference.metrics[-1]["test_acc"]
     with Image.open(tmp_path / "reference" / "augmentations.png") as grid:  # 32 samples, 8 to a row
-        assert grid.size == (8 * 66 + 2, 4 * 66 + 2)
+        assert grid.size == (8 * 66 + 2, 4 * (66 + 14) + 2)  # 14 px of class name under each
 
 
 def test_a_device_run_writes_a_grid_of_its_augmented_samples(tmp_path, tiny_overrides):
@@ -118,4 +118,4 @@ def test_a_device_run_writes_a_grid_of_its_augmented_samples(tmp_path, tiny_over
     cfg = resolve_config(None, tiny_overrides + ["epochs=1", "crop_padding=1", "randaugment_n=2"])
     run = train(cfg, run_dir=tmp_path / "run", progress=False)
     with Image.open(run.run_dir / "augmentations.png") as grid:
-        assert grid.size == (8 * 66 + 2, 4 * 66 + 2)  # digits: 8 px enlarged 8 times, 2 px padding
+        assert grid.size == (8 * 66 + 2, 4 * (66 + 14) + 2)  # digits: 8 px enlarged 8 times, 2 px padding

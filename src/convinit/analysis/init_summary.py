@@ -4,7 +4,8 @@ A run's `init_report.json` holds, when the trainer fitted and measured the init 
 images, `real_pass`: attention mass on the target offset (impulse), argmax agreement, normalised row
 entropy and mean attention distance, all on real forward passes at the model's own alpha. The
 pseudo-input figures (`mean_mass` on P or LN(P) alone) are not shown here: they say nothing about
-what the layers do with images.
+what the layers do with images. Attention the init schemes do not reach (ConViT's gated positional
+self-attention, whose point is its local init) is measured from the model itself (`recorded_pass`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import torch
+import torch.nn as nn
+
+from convinit.analysis.gates import gate_values
+from convinit.analysis.locality import model_grid
+from convinit.init.measure import map_statistics
+from convinit.models.layers import record_attention
 
 
 def init_name(report: dict[str, Any]) -> str:
@@ -55,6 +64,45 @@ def init_rows(groups: Iterable[tuple[str, list[Path]]]) -> list[dict[str, Any]]:
     return rows
 
 
+@torch.no_grad()
+def recorded_pass(model: nn.Module, images: torch.Tensor) -> dict[str, float] | None:
+    """Mean row entropy / log(tokens) and attention distance (patches) of the maps every attention layer
+    computes on `images` (B, C, H, W), as `record_attention` records them (GPSA: the gate's mix of
+    positional and content attention); None for a model without attention layers."""
+    model.eval()
+    with record_attention(model) as maps:
+        model(images)
+    if not maps:
+        return None
+    stats = []
+    for layer in maps.values():  # (B, H, T, T)
+        grid = model_grid(model, layer.shape[-1])
+        stats.append(map_statistics(layer.double().cpu(), None, grid))
+    return {
+        key: statistics.fmean(value for layer in stats for value in layer[key])
+        for key in ("entropy", "distance")
+    }
+
+
+def positional_row(label: str, model: nn.Module, images: torch.Tensor) -> dict[str, Any] | None:
+    """The init table's row of a model with gated positional attention (ConViT) at step 0, measured on
+    `images`; None for other models."""
+    gates = gate_values(model)
+    measured = recorded_pass(model, images) if gates else None
+    if measured is None:
+        return None
+    mean_gate = statistics.fmean(float(g) for layer in gates.values() for g in layer)
+    return {
+        "method": label,
+        "init": f"GPSA positional (gate {mean_gate:.2f})",
+        "qk_input": "position + content",
+        "target_mass": None,
+        "argmax_agreement": None,
+        **measured,
+        "warnings": 0,
+    }
+
+
 def init_markdown(rows: list[dict[str, Any]]) -> str:
     """A Markdown table of `init_rows`, or '' when no run measured its init on real images."""
     if not any(row["entropy"] is not None for row in rows):
@@ -75,7 +123,9 @@ def init_markdown(rows: list[dict[str, Any]]) -> str:
     note = (
         "Attention at step 0 on real forward passes of the run's 64 init images (training images, no "
         "augmentation), at the model's own alpha: mass on each head's target offset and argmax agreement "
-        "(impulse only), row entropy / log(tokens), mean attention distance."
+        "(impulse only), row entropy / log(tokens), mean attention distance. GPSA rows: every layer's maps "
+        "as computed, in its GPSA layers the gate's mix of positional attention (its local init) and content "
+        "attention."
     )
     if any(row["warnings"] for row in rows):
         note += " Some runs warned: their maps put under 0.2 of their mass on the target (init_report.json)."

@@ -20,9 +20,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn as nn
 from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -130,20 +132,40 @@ def plot_gates(run: str | Path | Records, path: str | Path, title: str | None = 
     return _save(fig, path)
 
 
-@torch.no_grad()
 def plot_attention_maps(
     model: nn.Module,
     images: torch.Tensor,
     path: str | Path,
     layers: Sequence[int] | None = None,
     query: tuple[int, int] | None = None,
+    title: str | None = None,
 ) -> Path:
+    """`attention_maps_figure` saved as a PNG at `path`."""
+    return _save(attention_maps_figure(model, images, layers, query, title), path)
+
+
+def figure_pixels(fig: Figure) -> np.ndarray:
+    """(H, W, 3) uint8 RGB of a figure, rendered with Agg (for TensorBoard and W&B images)."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+@torch.no_grad()
+def attention_maps_figure(
+    model: nn.Module,
+    images: torch.Tensor,
+    layers: Sequence[int] | None = None,
+    query: tuple[int, int] | None = None,
+    title: str | None = None,
+) -> Figure:
     """Attention of one query patch (row, col; default the centre) over the patch grid, per head.
 
     One row per chosen layer (index as in `attention_layers`; default first, middle and last), one
-    column per head, log colour scale, the query outlined in red and each GPSA head's gate in its
-    title. Uses the first image of `images` (already normalised, shape (B, C, H, W)). For layers with a
-    class token, the patch-to-patch attention is shown, renormalised over patches (see locality).
+    column per head, log colour scale with its colour bar, the query outlined in red and each GPSA
+    head's gate in its title; `title` (the model, the moment) heads the figure. Uses the first image of
+    `images` (already normalised, shape (B, C, H, W)). For layers with a class token, the patch-to-patch
+    attention is shown, renormalised over patches (see locality).
     """
     names = [name for name, _ in attention_layers(model)]
     if not names:
@@ -181,12 +203,14 @@ def plot_attention_maps(
                 continue
             image = ax.imshow(attn[head].clamp_min(1e-6).numpy(), cmap="viridis", norm=norm)
             ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
-            label = f"L{layer} H{head}"
+            label = f"layer {layer}, head {head}"
             if layer in gates:
-                label += f"  g={float(gates[layer][head]):.2f}"
-            ax.set_title(label, fontsize=9)
-        fig.colorbar(image, ax=list(ax_row), shrink=0.8)
-    return _save(fig, path)
+                label += f"\ngate {float(gates[layer][head]):.2f} (positional)"
+            ax.set_title(label, fontsize=8)
+        fig.colorbar(image, ax=list(ax_row), shrink=0.8, label="attention weight")
+    where = f"attention of the query patch (row {row}, col {col}, red square) over the {rows}x{cols} patches"
+    fig.suptitle(f"{title}\n{where}" if title else where, fontsize=9)
+    return fig
 
 
 def render_run_analysis(

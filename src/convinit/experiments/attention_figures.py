@@ -1,49 +1,135 @@
-"""Attention maps of a run's model at initialisation and after training, for reports.
+"""Attention maps of a run's model at initialisation and after training, for reports and `convinit analyze`.
 
-The model at initialisation is rebuilt exactly as the trainer built it (same seed, same scheme), so
-no extra checkpoint is needed; the trained one comes from the newest checkpoint.
+The model at initialisation is rebuilt exactly as the trainer built it: same seed, same data, the same
+init scheme fitted on the same training images (`DataSource.init_batch`), so no extra checkpoint is needed;
+the trained one comes from the newest checkpoint. The maps are drawn on a real test image.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import torch.nn as nn
 
-from convinit.config import load_config
-from convinit.data import BatchAugment
+from convinit.config import TrainConfig, load_config
+from convinit.errors import ConfigError
 from convinit.experiments.grid import slug
-from convinit.init import initialize
 from convinit.train.checkpoint import latest_checkpoint, load_weights
-from convinit.train.model_setup import build_model, prepare_data
+from convinit.train.data_source import build_data
+from convinit.train.model_setup import build_model, initialize_model
 from convinit.train.rng import seed_everything
+from convinit.train.threads import set_run_threads
 
 
 def has_attention(model: nn.Module) -> bool:
     return any(hasattr(m, "record") and hasattr(m, "attention_map") for m in model.modules())
 
 
+@dataclass
+class RunModel:
+    """A run's model as initialised, and one real test image to look through it."""
+
+    cfg: TrainConfig
+    model: nn.Module
+    image: torch.Tensor  # (1, C, H, W), a test image normalised as the model's input
+    init_images: torch.Tensor  # (B, C, H, W), the training images the init was fitted on and measured with
+    init_report: dict
+
+
+def model_at_init(run_dir: Path) -> RunModel:
+    """The run's model at step 0, rebuilt in the trainer's order (seed, data, model, init), on the CPU."""
+    cfg = load_config(run_dir / "config.yaml")
+    set_run_threads(cfg.threads, run_dir, resume=True)  # an init fitted on images sums as the run's did
+    seed_everything(cfg.seed, deterministic=False)
+    data = build_data(cfg, torch.device("cpu"))
+    model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
+    images = data.init_batch()
+    report = initialize_model(cfg, model, images)
+    return RunModel(cfg, model.eval(), data.test_batch(1, torch.device("cpu")), images, report)
+
+
+def describe(run: RunModel) -> str:
+    """'convit_tiny, GPSA local init, digits': the model, its init as a user would name it, the data."""
+    from convinit.analysis.gates import gate_values
+
+    init = f"init {run.cfg.init}"
+    if gate_values(run.model):  # ConViT: its point is the GPSA layers' init, not the scheme of the rest
+        init = "GPSA local init" if run.cfg.model_args.get("use_local_init", True) else "GPSA random init"
+    return f"{run.cfg.model}, {init}, {run.cfg.dataset}"
+
+
 def attention_figures(
     run_dir: str | Path, out: str | Path, label: str, layers: list[int] | None = None
 ) -> list[Path]:
-    """PNGs of the attention maps of one test image (centre query) at init and after training; [] if none."""
+    """PNGs of the attention maps of one test image (centre query) at init and after training; [] if the
+    model has no attention layers. The trained figure needs a checkpoint (skipped without one)."""
+    return draw_attention(model_at_init(Path(run_dir)), Path(run_dir), Path(out), label, layers)
+
+
+def draw_attention(
+    run: RunModel,
+    run_dir: Path,
+    out: Path,
+    label: str,
+    layers: list[int] | None = None,
+    stem: str | None = None,
+) -> list[Path]:
+    """The figures of `attention_figures` for a rebuilt run, as out/<stem>-init.png and -trained.png
+    (stem: the label's slug); `label` heads each figure."""
     from convinit.analysis.plots import plot_attention_maps
 
-    run_dir, out = Path(run_dir), Path(out)
-    cfg = load_config(run_dir / "config.yaml")
-    seed_everything(cfg.seed, deterministic=False)
-    dataset, _ = prepare_data(cfg)
-    img_size = cfg.img_size or dataset.img_size
-    model = build_model(cfg, dataset.num_classes, dataset.in_chans, img_size)
-    if not has_attention(model):
+    if not has_attention(run.model):
         return []
-    initialize(model, cfg.init, **cfg.init_args)
-    size = (img_size, img_size) if isinstance(img_size, int) else img_size
-    image = BatchAugment(dataset.mean, dataset.std, size)(dataset.test_images[:1])
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [plot_attention_maps(model.eval(), image, out / f"{slug(label)}-init.png", layers=layers or [0])]
-    load_weights(model, latest_checkpoint(run_dir))
-    paths.append(
-        plot_attention_maps(model.eval(), image, out / f"{slug(label)}-trained.png", layers=layers or [0])
-    )
+    title = f"{label} ({describe(run)})"
+    stem = stem or slug(label)
+    init = out / f"{stem}-init.png"
+    paths = [plot_attention_maps(run.model, run.image, init, layers=layers, title=f"{title}, step 0")]
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is not None:
+        load_weights(run.model, checkpoint)
+        trained = out / f"{stem}-trained.png"
+        paths.append(
+            plot_attention_maps(
+                run.model, run.image, trained, layers=layers, title=f"{title}, checkpoint {checkpoint.name}"
+            )
+        )
     return paths
+
+
+def analyze_run(run_dir: str | Path) -> list[str]:
+    """Every figure the run allows, written into run_dir/analysis/; one line per figure, written or not
+    (and why not), so that a run with nothing to show says so."""
+    from convinit.analysis.gates import gate_values
+    from convinit.analysis.plots import render_run_analysis
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(
+            f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
+        )
+    run = model_at_init(run_dir)
+    lines = [f"{run_dir}: {describe(run)}"]
+    written = render_run_analysis(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+    names = {path.name: path for path in written}
+    gated = bool(gate_values(run.model))
+    for name, what, tracker in (
+        ("nonlocality.png", "non-locality over training", "nonlocality"),
+        ("gates.png", "GPSA gates over training", "gates"),
+    ):
+        if name in names:
+            lines.append(f"  {what}: {names[name]}")
+        elif tracker == "gates" and not gated:
+            lines.append(f"  {what}: none ({run.cfg.model} has no gated positional attention)")
+        elif has_attention(run.model):
+            lines.append(f"  {what}: not recorded (train with track={tracker} to record it)")
+    figures = draw_attention(run, run_dir, run_dir / "analysis", run_dir.resolve().name, stem="attention")
+    if not figures:
+        lines.append(f"  attention maps: none ({run.cfg.model} has no attention layers)")
+    for path in figures:
+        moment = "at initialisation" if path.stem.endswith("-init") else "after training"
+        lines.append(f"  attention maps {moment}: {path}")
+    if len(figures) == 1:
+        lines.append("  attention maps after training: none (the run has no checkpoint yet)")
+    return lines

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from convinit.analysis.init_summary import init_markdown, init_rows
+from convinit.analysis.init_summary import init_markdown, init_rows, positional_row
 from convinit.config import TrainConfig, build_config
 from convinit.experiments.grid import slug
 from convinit.experiments.report import find_runs, plot_curves, summarise
 from convinit.provenance import provenance
 from convinit.publish import writable_folder
 from convinit.train import train, validate
+from convinit.train.signals import continue_with
 
 # what a demo folder holds: a rerun resumes in it (finished methods are skipped)
 DEMO_FILES = ("runs", "attention", "curves.png", "report.md", "results.csv")
@@ -109,16 +110,17 @@ def parameter_count(run_dir: Path) -> int:
 QUICK_EPOCHS, FULL_EPOCHS = 4, 20
 
 
+DEFAULT_OUT = "reports/demo"
+
+
 def run_demo(
-    out: str | Path = "reports/demo",
+    out: str | Path = DEFAULT_OUT,
     quick: bool = False,
     seed: int = 0,
     progress: bool = True,
     epochs: int | None = None,
 ) -> Path:
     """Train every demo method (20 epochs, 4 with `quick`) and write the report; returns report.md's path."""
-    from convinit.experiments.runner import run_state
-
     out = Path(out)
     writable_folder(out, DEMO_FILES)  # a file or a read-only place: one line now, not after training
     epochs = epochs or (QUICK_EPOCHS if quick else FULL_EPOCHS)
@@ -126,6 +128,25 @@ def run_demo(
     configs = [demo_config(m, epochs, seed) for m in methods]
     for cfg in configs:  # every model builds and the data is there before anything trains
         validate(cfg)
+    with continue_with(demo_command(out, quick, seed, epochs)):  # a stop says: rerun the demo
+        train_methods(out, methods, configs, seed, progress)
+    return write_demo_report(out, epochs)
+
+
+def demo_command(out: Path, quick: bool, seed: int, epochs: int) -> str:
+    """The `convinit demo` command that continues this demo (finished methods are kept)."""
+    if epochs != (QUICK_EPOCHS if quick else FULL_EPOCHS):  # other epochs are Python's alone
+        return f"run_demo(out={str(out)!r}, seed={seed}, epochs={epochs})"
+    where = f" --out {out}" if out != Path(DEFAULT_OUT) else ""
+    return f"convinit demo{where}" + (" --quick" if quick else "") + (f" --seed {seed}" if seed else "")
+
+
+def train_methods(
+    out: Path, methods: list[DemoMethod], configs: list[TrainConfig], seed: int, progress: bool
+) -> None:
+    """Train each method into out/runs/<index>-<label>: finished ones skipped, stopped ones resumed."""
+    from convinit.experiments.runner import run_state
+
     for index, (method, cfg) in enumerate(zip(methods, configs, strict=True)):
         run_dir = out / "runs" / f"{index}-{slug(method.label)}"
         if run_state(run_dir) == "finished":
@@ -144,22 +165,33 @@ def run_demo(
             resume=run_state(run_dir) == "partial",
             progress=progress,
         )
-    return write_demo_report(out, epochs)
+
+
+def step0_and_figures(out: Path, records: list) -> tuple[list[dict[str, Any]], list[tuple[str, list[Path]]]]:
+    """The init table's rows (GPSA models measured from their rebuilt init, the others from their
+    init_report.json) and the attention figures at init and after training, per run."""
+    from convinit.experiments.attention_figures import draw_attention, has_attention, model_at_init
+
+    rows, figures = [], []
+    for record in records:
+        run = model_at_init(record.run_dir)
+        positional = positional_row(record.label, run.model, run.init_images)  # before the trained weights
+        rows += [positional] if positional else init_rows([(record.label, [record.run_dir])])
+        if not has_attention(run.model):
+            rows[-1]["qk_input"] = "no attention"
+        images = draw_attention(run, record.run_dir, out / "attention", record.label)
+        if images:
+            figures.append((record.label, [p.relative_to(out) for p in images]))
+    return rows, figures
 
 
 def write_demo_report(out: Path, epochs: int) -> Path:
-    from convinit.experiments.attention_figures import attention_figures
-
     records = find_runs(out / "runs")
     rows = summarise(records)
     for row, record in zip(rows, records, strict=True):
         row["parameters"] = parameter_count(record.run_dir)
     plot_curves(records, out / "curves.png")
-    figures = []
-    for record in records:
-        images = attention_figures(record.run_dir, out / "attention", record.label)
-        if images:
-            figures.append((record.label, [p.relative_to(out) for p in images]))
+    step0, figures = step0_and_figures(out, records)
     import csv
 
     columns = ["method", "parameters", "final_test_acc_mean", "epochs", "seconds", "images_per_s"]
@@ -195,7 +227,7 @@ def write_demo_report(out: Path, epochs: int) -> Path:
         "",
         "![learning curves](curves.png)",
         "",
-        init_markdown(init_rows((record.label, [record.run_dir]) for record in records)),
+        init_markdown(step0),
         "",
         "## Attention at initialisation and after training",
         "",

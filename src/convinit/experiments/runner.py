@@ -37,6 +37,7 @@ from convinit.train import train
 from convinit.train.checkpoint import latest_checkpoint
 from convinit.train.ownership import own_run_dir
 from convinit.train.signals import RunInterrupted
+from convinit.train.threads import CONCURRENT_RUNS_ENV
 
 LAUNCHERS = ("local", "slurm")
 
@@ -108,11 +109,12 @@ def die_with_parent(parent: int) -> Callable[[], None]:
     return functools.partial(lifetime.die_with_parent, parent, signal.SIGTERM)
 
 
-def child_process(command: list[str]) -> subprocess.Popen:
+def child_process(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     """A child in its own session (the terminal's Ctrl-C reaches the grid, which stops it) that dies
     with its parent (PR_SET_PDEATHSIG), so no child outlives a killed grid."""
     return subprocess.Popen(
         command,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -185,10 +187,11 @@ class GridStop:
 def run_in_subprocesses(todo: list[Path], jobs: int, stop: GridStop) -> dict[str, str]:
     """Run each directory as a `convinit train --resume` child, `jobs` at once; children are stopped
     (SIGTERM: a checkpoint at the next step boundary) if this process is interrupted."""
+    env = {**os.environ, CONCURRENT_RUNS_ENV: str(jobs)}  # each child computes on its share of the cores
 
     def launch(run_dir: Path) -> tuple[str, str]:
         started = start_outcome(run_dir)
-        child = stop.start(lambda: child_process(subprocess_command(run_dir)))
+        child = stop.start(lambda: child_process(subprocess_command(run_dir), env))
         if child is None:
             return str(run_dir), "not started: the grid was stopped"
         _, err = child.communicate()

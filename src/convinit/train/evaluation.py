@@ -18,6 +18,7 @@ from convinit.train.data_source import build_data
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
 from convinit.train.model_setup import build_model
 from convinit.train.ownership import reading_checkpoints
+from convinit.train.threads import set_run_threads
 
 
 @torch.no_grad()
@@ -71,6 +72,7 @@ def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -
             f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
         )
     cfg = load_config(run_dir / "config.yaml")
+    set_run_threads(cfg.threads, run_dir, resume=True)  # the run's own count: its sums, to the digit
     dev = resolve_device(device)
     data = build_data(cfg, dev)
     model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
@@ -88,3 +90,11 @@ def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -
         target.to(memory_format=torch.channels_last)
     loss, acc = evaluate(target, data.test, data.eval_transform, autocast_dtype(cfg, dev), memory_format(cfg))
     return {"checkpoint": str(checkpoint), "test_loss": loss, "test_acc": acc, "epoch": epoch}
+
+
+def evaluation_line(result: dict[str, float | str], ema: bool = False) -> str:
+    """`evaluate_run`'s result as `convinit eval` prints it: accuracy to 0.01 %, loss to 4 digits."""
+    weights = " EMA weights" if ema else ""
+    accuracy, loss = f"{result['test_acc']:.2f}%", f"{result['test_loss']:.4g}"
+    where = f"{result['checkpoint']}{weights} (epoch {result['epoch']})"
+    return f"{where}: test accuracy {accuracy}, test loss {loss}"

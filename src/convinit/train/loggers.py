@@ -2,8 +2,10 @@
 
 `logger: [csv, tensorboard, wandb]` in a config. Every `log_every` steps: mean loss, lr and
 images/s; per epoch: the metrics row (accuracy, non-locality, gates); at the start: the init report,
-the resolved config and the provenance (git commit). wandb honours WANDB_MODE=offline, so it works
-without a network. A tracker whose package is missing fails before training with the pip hint.
+the resolved config and the provenance (git commit); as images: the augmented training samples with
+their class names, and the attention maps of one test image at initialisation and after training.
+wandb honours WANDB_MODE=offline, so it works without a network. A tracker whose package is missing
+fails before training with the pip hint.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
 
 from convinit.errors import ConfigError
 
@@ -53,6 +59,10 @@ class TensorBoardLogger:
         for key, value in scalars(report).items():
             self.writer.add_scalar(f"init/{key}", value, 0)
 
+    def log_image(self, tag: str, image: np.ndarray, step: int) -> None:
+        self.writer.add_image(tag, image, step, dataformats="HWC")
+        self.writer.flush()
+
     def close(self) -> None:
         self.writer.close()
 
@@ -74,6 +84,9 @@ class WandbLogger:
     def log_init(self, report: dict[str, Any]) -> None:
         self.run.summary.update({f"init/{k}": v for k, v in scalars(report).items()})
 
+    def log_image(self, tag: str, image: np.ndarray, step: int) -> None:
+        self.run.log({tag: self.wandb.Image(image)})
+
     def close(self) -> None:
         self.run.finish()
 
@@ -86,6 +99,7 @@ class Trackers:
 
         metadata = provenance()
         kinds = {"tensorboard": TensorBoardLogger, "wandb": WandbLogger}
+        self.model_name = config.get("model", "model")
         self.loggers = [kinds[name](run_dir, config, metadata) for name in names if name in kinds]
 
     def log_step(self, step: int, values: dict[str, Any]) -> None:
@@ -99,6 +113,22 @@ class Trackers:
     def log_init(self, report: dict[str, Any]) -> None:
         for logger in self.loggers:
             logger.log_init(report)
+
+    def log_image(self, tag: str, image: np.ndarray, step: int) -> None:
+        """An (H, W, 3) uint8 picture."""
+        for logger in self.loggers:
+            logger.log_image(tag, image, step)
+
+    def log_attention(self, tag: str, model: nn.Module, images: torch.Tensor, step: int) -> None:
+        """The attention maps of the first of `images` (a picture of `convinit.analysis.plots`); nothing
+        for a model without attention layers, or when no tracker would receive it."""
+        from convinit.analysis.locality import attention_layers
+        from convinit.analysis.plots import attention_maps_figure, figure_pixels
+
+        if not self.loggers or not attention_layers(model):
+            return
+        title = f"{self.model_name}, {tag.split('/')[-1]} (step {step})"
+        self.log_image(tag, figure_pixels(attention_maps_figure(model, images, title=title)), step)
 
     def close(self) -> None:
         for logger in self.loggers:

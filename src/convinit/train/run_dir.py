@@ -15,8 +15,14 @@ from convinit.errors import ConfigError
 from convinit.train.checkpoint import list_checkpoints, prune, verify_checkpoint
 
 RUN_FILES = (
-    "metrics.jsonl", "metrics.csv", "finished.json", "init_report.json", "failed.json", "preprocessing.json"
-)  # fmt: skip
+    "metrics.jsonl",
+    "metrics.csv",
+    "finished.json",
+    "init_report.json",
+    "failed.json",
+    "threads.json",
+    "preprocessing.json",
+)
 
 
 def check_run_dir_path(run_dir: Path) -> None:

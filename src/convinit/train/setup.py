@@ -34,6 +34,7 @@ from convinit.train.run_dir import prepare_run_dir, refuse_if_all_damaged
 from convinit.train.state import TrainState
 from convinit.train.step import DeviceEMA, StepParts, StepTotals
 from convinit.train.teacher import load_teacher
+from convinit.train.threads import ThreadChoice, record_threads, set_run_threads
 
 TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
 
@@ -54,6 +55,7 @@ class Run:
     trackers: Trackers
     track_images: torch.Tensor
     checkpoint: Path | None  # the checkpoint resumed from, if any
+    threads: ThreadChoice | None = None  # torch's thread count in this process, and why
 
     @cached_property
     def steps_per_epoch(self) -> int:
@@ -125,7 +127,11 @@ def build_run(
         save_config(cfg, run_dir / "config.yaml")
     barrier(ddp)
     seed_everything(cfg.seed, cfg.deterministic)
+    threads = set_run_threads(cfg.threads, run_dir, resume)
     data = build_data(cfg, device, ddp.rank, ddp.world_size)
+    workers = getattr(data.train, "num_workers", 0)  # streamed: decoding processes share the cores
+    if workers:
+        threads = set_run_threads(cfg.threads, run_dir, resume, workers)
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if resume and checkpoint is None:
         refuse_if_all_damaged(run_dir)
@@ -151,13 +157,17 @@ def build_run(
         Trackers(cfg.logger if ddp.is_main else [], run_dir, cfg.to_dict()),
         track_images,
         checkpoint,
+        threads,
     )
     if checkpoint is not None:
         restore(run, checkpoint)
     elif ddp.is_main:
+        record_threads(run_dir, threads)  # a resume reads it back (see convinit.train.threads)
         run.log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
         run.trackers.log_init(model.init_report)
-        save_augmentation_preview(data, cfg.seed, run_dir / "augmentations.png")
+        grid = save_augmentation_preview(data, cfg.seed, run_dir / "augmentations.png")
+        run.trackers.log_image("augmentations", grid, 0)
+        run.trackers.log_attention("attention/init", model, track_images, 0)
     return run
 
 

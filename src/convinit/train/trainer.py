@@ -122,7 +122,7 @@ def train_owned(
     device, ddp = distributed_device(cfg, run_dir)
     run = build_run(cfg, Path(run_dir) if run_dir else new_run_dir(cfg), resume, overwrite, ddp, device)
     if ddp.is_main and progress:
-        print(f"data: {run.data.mode} ({run.data.reason})", file=sys.stderr)
+        print(f"data: {run.data.mode} ({run.data.reason}); {run.threads.line()}", file=sys.stderr)
     if run.checkpoint is None and ddp.is_main and cfg.eval_every:
         run.log.append({"epoch": 0, **evaluation_row(run)})  # the model at initialisation
     total = cfg.epochs * run.steps_per_epoch
@@ -139,6 +139,7 @@ def train_owned(
         for epoch in range(run.state.epoch, cfg.epochs):
             train_epoch(run, epoch, bar, stop)
             end_epoch(run, epoch, stop)
+    run.trackers.log_attention("attention/trained", run.model, run.track_images, total)
     run.trackers.close()
     rows = run.log.rows()
     if ddp.is_main:
@@ -256,5 +257,4 @@ def end_epoch(run: Run, epoch: int, stop: dict[str, int | None]) -> None:
 
 
 def stopped(run: Run, checkpoint: Path | None, signum: int) -> None:
-    print(f"stopped: checkpoint {checkpoint}; continue with `convinit train --resume {run.run_dir}`")
-    raise RunInterrupted(signum, checkpoint)
+    raise RunInterrupted(signum, checkpoint)  # `stop_outside_the_loop` says how to continue

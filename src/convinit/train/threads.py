@@ -1,0 +1,122 @@
+"""How many threads a run computes with: chosen once, from the settings and the machine, never from torch's
+default, and said in one line beside the data path.
+
+torch's default (one thread per physical core) is right for one process on an idle machine and badly wrong
+otherwise: several grid runs, DataLoader workers, or other programs on the same cores make its threads wait
+for each other at every parallel region: on a busy 2-core machine one step of the default preset took 8x
+longer with 2 threads than with 1 (BENCHMARKS.md, "Threads on a busy machine"). The rule, first match wins:
+
+1. `threads=N` in the config;
+2. `OMP_NUM_THREADS` when the user set it;
+3. on `--resume`, the count the run started with (recorded in `threads.json`), so that its floating-point
+   sums are ordered as before and the resumed run is bit-identical (docs/reliability.md);
+4. otherwise from the cores this process may use (its CPU affinity, capped by a cgroup CPU quota): all but
+   one, which is left to everything else on the machine; in a `--jobs N` grid an equal share, cores // N;
+   less one core per DataLoader worker (each worker computes with one thread, as torch sets it); at least 1.
+
+The same settings on the same machine give the same count; a resume that cannot use the recorded count
+says it will not be bit-identical.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from convinit.atomic import atomic_write_text
+
+CONCURRENT_RUNS_ENV = "CONVINIT_CONCURRENT_RUNS"  # a `--jobs N` grid sets N for its children
+RECORD = "threads.json"
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "QUOTA PERIOD" or "max PERIOD"
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The intra-op thread count of this process and why."""
+
+    threads: int
+    reason: str
+
+    def line(self) -> str:
+        return f"threads: {self.threads} ({self.reason})"
+
+
+def cgroup_cores(path: Path = CGROUP_CPU_MAX) -> int | None:
+    """Cores a cgroup CPU quota allows (a container run with `--cpus 2`), rounded up; None: no quota."""
+    try:
+        quota, period = path.read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    return max(1, -(-int(quota) // int(period)))
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on: its affinity (taskset, SLURM's cpus-per-task), capped by a CPU quota."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cgroup_cores()
+    return max(1, min(cores, quota) if quota else cores)
+
+
+def positive_int(text: str | None) -> int | None:
+    try:
+        value = int(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and value >= 1 else None
+
+
+def choose_threads(
+    setting: int | None,
+    workers: int = 0,
+    recorded: int | None = None,
+    env: Mapping[str, str] | None = None,
+    cores: int | None = None,
+) -> ThreadChoice:
+    """The thread count for a run (see the module docstring for the rule)."""
+    env = os.environ if env is None else env
+    if setting is not None:
+        return ThreadChoice(setting, f"threads={setting}")
+    omp = positive_int(env.get("OMP_NUM_THREADS", "").split(",")[0] or None)  # "4,2": 4 at the outer level
+    if omp is not None:
+        changed = recorded is not None and recorded != omp
+        unlike = f"; this run started with {recorded}: not bit-identical" if changed else ""
+        return ThreadChoice(omp, f"OMP_NUM_THREADS={omp}{unlike}")
+    if recorded is not None:
+        return ThreadChoice(recorded, "as when this run started, for a bit-identical resume")
+    cores = cores or usable_cores()
+    runs = positive_int(env.get(CONCURRENT_RUNS_ENV)) or 1
+    if runs > 1:  # a grid fills the machine by design: an equal share each
+        share, why = max(1, cores // runs), f"{cores} cores, {runs} runs at once"
+    elif cores > 1:  # one core left to everything else on the machine (the OS, other programs, the bar)
+        share, why = cores - 1, f"{cores} cores, one left free"
+    else:
+        share, why = 1, "1 core"
+    threads = max(1, share - workers)
+    data = f", less {workers} data workers" if workers else ""
+    return ThreadChoice(threads, f"{why}{data}; threads=N to change")
+
+
+def read_recorded(run_dir: Path) -> int | None:
+    """The thread count `run_dir` started with; None for a run that recorded none."""
+    try:
+        return positive_int(str(json.loads((run_dir / RECORD).read_text())["threads"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def record_threads(run_dir: Path, choice: ThreadChoice) -> None:
+    atomic_write_text(run_dir / RECORD, json.dumps({"threads": choice.threads, "reason": choice.reason}))
+
+
+def set_run_threads(threads: int | None, run_dir: Path, resume: bool, workers: int = 0) -> ThreadChoice:
+    """Choose this run's thread count (`threads` is the config key) and set it for torch."""
+    choice = choose_threads(threads, workers, read_recorded(run_dir) if resume else None)
+    torch.set_num_threads(choice.threads)
+    return choice
