@@ -48,25 +48,51 @@ def check_image(path: Path) -> None:
         ) from exc
 
 
+def model_input(paths: list[Path], model: nn.Module) -> torch.Tensor:
+    """The files as the run's evaluation saw them: resized as its `preprocess` says (see
+    `convinit.train.data_record`), normalised with its mean and std; (N, C, H, W) float."""
+    from convinit.data.augment import BatchAugment
+    from convinit.data.image_files import decode_images
+    from convinit.train.data_source import pair
+
+    config = model.pretrained_config
+    channels = model.model_kwargs["in_chans"]
+    size = pair(model.model_kwargs["img_size"])  # what the model was built for (config.json agrees)
+    mean = tuple(config.get("mean", [0.5] * channels))
+    std = tuple(config.get("std", [0.5] * channels))
+    how = config.get("preprocess") or {"resize": "stretch", "decode_size": list(size)}
+    normalise = BatchAugment(mean, std, size)  # uint8 -> float, resized to the model's size, normalised
+    if how["resize"] == "stretch":
+        return normalise(decode_images(paths, size=tuple(how["decode_size"]), grayscale=channels == 1))
+    from convinit.data.stream import StreamRecipe
+
+    recipe = StreamRecipe(
+        img_size=how["crop_size"],
+        mean=mean,
+        std=std,
+        in_chans=channels,
+        interpolation=how["interpolation"],
+        crop_pct=how["crop_pct"],
+    )
+    transform, mode = recipe.eval_transform(), "L" if channels == 1 else "RGB"
+    images = []
+    for path in paths:
+        with Image.open(path) as img:
+            images.append(transform(img.convert(mode)))
+    batch = torch.stack(images)
+    return batch if batch.is_floating_point() else normalise(batch)  # a transform that leaves uint8
+
+
 @torch.no_grad()
 def predict(model_dir: str | Path, images: list[str | Path], top: int = 3) -> list[list[tuple[str, float]]]:
     """The `top` (class, probability) pairs for each image file, most probable first."""
-    from convinit.data.image_files import decode_images
-
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ConfigError(f"--top must be a positive number of classes, got {top!r}")
     paths = [Path(p) for p in images]
     for path in paths:
         check_image(path)
     model = load_predictor(model_dir)
-    config = model.pretrained_config
-    size = config.get("img_size") or model.model_kwargs["img_size"]
-    size = (size, size) if isinstance(size, int) else tuple(size)
-    channels = model.model_kwargs["in_chans"]
-    batch = decode_images(paths, size=size, grayscale=channels == 1).float().div(255)
-    mean = torch.tensor(config.get("mean", [0.5] * channels)).view(1, -1, 1, 1)
-    std = torch.tensor(config.get("std", [0.5] * channels)).view(1, -1, 1, 1)
-    logits = model((batch - mean) / std)
+    logits = model(model_input(paths, model))
     broken = [str(p) for p, ok in zip(paths, logits.isfinite().all(dim=1).tolist(), strict=True) if not ok]
     if broken:
         raise DataError(
@@ -74,7 +100,7 @@ def predict(model_dir: str | Path, images: list[str | Path], top: int = 3) -> li
             "printed: check the model folder (export it again)"
         )
     probabilities = logits.softmax(dim=1)
-    classes = config.get("classes") or [str(i) for i in range(probabilities.shape[1])]
+    classes = model.pretrained_config.get("classes") or [str(i) for i in range(probabilities.shape[1])]
     values, indices = probabilities.topk(min(top, probabilities.shape[1]), dim=1)
     return [
         [(classes[i], float(v)) for v, i in zip(vs, ix, strict=True)]

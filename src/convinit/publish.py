@@ -13,6 +13,8 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from safetensors import SafetensorError
+
 from convinit.atomic import fsync_dir  # flushes a file, or a folder's entries
 from convinit.errors import ConfigError
 
@@ -75,9 +77,12 @@ def publish_folder(target: Path, write: Callable[[Path], None], kept: Iterable[s
                 os.replace(old / target.name, target)
             raise
         fsync_dir(target.parent)
-    except OSError as exc:
+    except (OSError, SafetensorError) as exc:  # safetensors reports a full disk as its own error
+        detail = getattr(exc, "strerror", None) or " ".join(str(exc).split())[:200]
+        kept = f"the earlier {target.name} is unchanged" if target.is_dir() else "nothing was written"
         raise ConfigError(
-            f"cannot write {target}: {exc.strerror or exc}; check the disk and permissions"
+            f"cannot write {target} ({detail}); {kept}: free space on the disk or check its permissions, "
+            "then run again"
         ) from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -106,7 +106,7 @@ def test_the_model_card_states_the_run_and_a_command_that_resolves_to_its_config
     assert fields["model"] == cfg.model == "simplevit"
     assert json.loads(fields["model_args"]) == cfg.model_args
     assert fields["dataset"] == f"hf data_dir={hf_digits}"
-    assert fields["training images"] == "150 of 300" and fields["test images"] == "200"
+    assert fields["training images"] == "150 (15 per class)" and fields["test images"] == "200"
     assert fields["test accuracy"] == f"{final['test_acc']:.2f}%" and fields["epoch"] == "8 of 8"
     assert fields["seed"] == "7" and fields["convinit"] == convinit.__version__
     assert fields["init"] == "random" and "lr=0.003" in fields["recipe"]

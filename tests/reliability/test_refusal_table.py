@@ -134,7 +134,7 @@ ROWS = {
     "model-needs-more-memory": (
         lambda t: [*T, "model_args.dim=60000", "model_args.mlp_dim=60000"],
         2,
-        "GiB available; make the model smaller",
+        "GiB of memory in all; make the model smaller",
     ),
     "idx-zero-train-images": (
         lambda t: [*T, "dataset=fashion-mnist", f"data_dir={idx_dir(t, train_images=0)}"],

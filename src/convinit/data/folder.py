@@ -50,6 +50,9 @@ def split_dirs(root: Path) -> tuple[Path, Path] | None:
 
 
 def missing_folder_files(root: Path) -> list[str]:
+    if split_dirs(root):  # before the run starts: a class only in test/ is a mistake in the folder
+        train_dir, test_dir = split_dirs(root)
+        refuse_classes_only_in_test(train_dir, test_dir, [p.name for p in class_folders(train_dir)])
     base = split_dirs(root)[0] if split_dirs(root) else root
     has_images = any(image_files(folder) for folder in class_folders(base))
     return [] if has_images else ["class folders with images (DIR/<class>/*.png or DIR/train/<class>/...)"]
@@ -66,11 +69,27 @@ class FolderSplits:
     test_labels: list[int]
 
 
+def refuse_classes_only_in_test(train_dir: Path, test_dir: Path, classes: list[str]) -> None:
+    """Test images of a class that train/ lacks could never be predicted: refused, never dropped."""
+    extra = {
+        folder.name: len(image_files(folder))
+        for folder in class_folders(test_dir)
+        if folder.name not in classes and image_files(folder)
+    }
+    if extra:
+        shown = ", ".join(f"{name} ({count} images)" for name, count in list(extra.items())[:3])
+        raise DataError(
+            f"{test_dir} holds classes that {train_dir} lacks: {shown}; the model cannot learn them: add "
+            f"training images of those classes to {train_dir}, or remove them from {test_dir}"
+        )
+
+
 def folder_splits(root: Path) -> FolderSplits:
     """List DIR/train + DIR/test (or val), or split DIR/<class> 80/20 per class with a fixed seed."""
     splits = split_dirs(root)
     classes = [p.name for p in class_folders(splits[0] if splits else root)]
     if splits:
+        refuse_classes_only_in_test(*splits, classes)
         train_paths, train_labels = labelled_files(splits[0], classes)
         test_paths, test_labels = labelled_files(splits[1], classes)
     else:

@@ -11,6 +11,8 @@ fixed seed, so every run and every resume sees the same split.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +55,33 @@ def check_hf(root: Path | None, hf_name: str | None = None, hf_test_fraction: fl
             f"dataset 'hf': {root} was not written by save_to_disk (no {' or '.join(SAVED_MARKERS)}); "
             "for a folder of class folders use dataset=folder, or hf_name=imagefolder"
         )
+    if hf_name is None:
+        refuse_empty_saved_splits(root)
+
+
+def refuse_empty_saved_splits(root: Path) -> None:
+    """A split saved with no rows has no data file, and `load_from_disk` fails on it with an IndexError:
+    name the empty split instead (read from the folder's JSON, before anything is loaded)."""
+    names = ["."]
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        names = [str(n) for n in json.loads((root / "dataset_dict.json").read_text())["splits"]]
+    for name in names:
+        state = {}
+        with contextlib.suppress(OSError, ValueError):  # unreadable: load_from_disk says what is wrong
+            state = json.loads((root / name / "state.json").read_text())
+        if isinstance(state, dict) and state.get("_data_files") == []:
+            split = "the dataset" if name == "." else f"split {name!r}"
+            raise DataError(
+                f"{split} of {root} holds no images (it was saved empty); a run needs training and test "
+                "images: save the dataset again with rows in every split, or drop the empty one"
+            )
 
 
 def open_splits(root: Path | None, hf_name: str | None, hf_config: str | None) -> dict[str, Any]:
     """Every split of the dataset by name (a single saved Dataset is the split 'train')."""
     datasets = require_datasets()
     if hf_name is None:
+        refuse_empty_saved_splits(root)
         loaded = datasets.load_from_disk(str(root))
     else:
         data_dir = str(root) if root is not None else None

@@ -16,12 +16,32 @@ from PIL import Image
 if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
     import torch
 
+from convinit.errors import DataError
+
 ImageSource = Path | bytes
+# what PIL raises for a file that is not a whole image, or one over its decompression-bomb limit
+UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+
+
+def unreadable_image(path: ImageSource | str, exc: BaseException) -> DataError:
+    """The one-line error for an image file that cannot be used, naming it."""
+    where = f"image {path}" if not isinstance(path, bytes) else "an image of the dataset"
+    if isinstance(exc, Image.DecompressionBombError):
+        return DataError(
+            f"{where} is larger than PIL's limit of {Image.MAX_IMAGE_PIXELS} pixels (a decompression bomb?); "
+            "it was not decoded: resize it or remove it from the dataset"
+        )
+    detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+    return DataError(f"{where} cannot be decoded ({detail}); replace it or remove it from the dataset")
 
 
 def open_image(source: ImageSource) -> Image.Image:
-    """PIL's lazy open (the header only) of a file or of an encoded file's bytes."""
-    return Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+    """PIL's lazy open (the header only) of a file or of an encoded file's bytes; one line naming the
+    file if it is not an image or is over PIL's decompression-bomb limit."""
+    try:
+        return Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+    except UNREADABLE as exc:
+        raise unreadable_image(source, exc) from exc
 
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
@@ -66,7 +86,10 @@ def decode_images(
     out = np.empty((len(paths), height, width, 1 if grayscale else 3), dtype=np.uint8)  # (N, H, W, C)
     for i, path in enumerate(paths):
         with open_image(path) as img:
-            img = img.convert(mode)
+            try:
+                img = img.convert(mode)
+            except UNREADABLE as exc:  # truncated or corrupt past its header
+                raise unreadable_image(path, exc) from exc
             if img.size != (width, height):
                 img = img.resize((width, height), Image.BILINEAR)
             out[i] = np.asarray(img).reshape(height, width, -1)

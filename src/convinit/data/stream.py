@@ -24,6 +24,8 @@ Two properties make a streamed run resumable exactly:
 
 from __future__ import annotations
 
+import functools
+import os
 import random
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +38,10 @@ import torch
 import torch.nn as nn
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
+
+from convinit.data.image_files import UNREADABLE, unreadable_image
+from convinit.errors import DataError
+from convinit.lifetime import die_with_worker_parent
 
 # DeiT's RandAugment string (timm's 0-10 magnitude scale; "inc1": the magnitude-increasing ops).
 DEIT_RANDAUGMENT = "rand-m9-mstd0.5-inc1"
@@ -196,8 +202,11 @@ class StreamingImages(Dataset):
         if isinstance(self.source, torch.Tensor):
             pixels = self.source[index].permute(1, 2, 0).numpy()  # (H, W, C)
             return Image.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels).convert(self.mode)
-        with Image.open(self.source[index]) as img:
-            return img.convert(self.mode)
+        try:
+            with Image.open(self.source[index]) as img:
+                return img.convert(self.mode)
+        except UNREADABLE as exc:
+            raise unreadable_image(self.source[index], exc) from exc
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         index, seed = key
@@ -374,10 +383,22 @@ class StreamLoader:
                 # its own generator: the workers' base seed (unused: samples are seeded by their keys)
                 # must not advance the run's generator, which the device augmentation draws from
                 generator=torch.Generator().manual_seed(self.seed),
+                worker_init_fn=functools.partial(die_with_worker_parent, os.getpid()),  # no orphans
                 **(dict(prefetch_factor=self.prefetch_factor) if workers else {}),
             )
-        batches = iter(self.loader)
+        batches = one_line_errors(iter(self.loader))
         return batches if self.device is None else to_device(batches, self.device)
+
+
+def one_line_errors(batches: Iterator) -> Iterator:
+    """A worker's DataError (an unreadable image) arrives with the worker's traceback in its message:
+    keep its last line, the one that names the file."""
+    try:
+        yield from batches
+    except DataError as exc:
+        raise DataError(
+            str(exc).strip().splitlines()[-1].removeprefix("convinit.errors.DataError: ")
+        ) from None
 
 
 STATISTICS_SAMPLE = 256  # training images decoded to estimate a streamed folder's statistics
@@ -392,9 +413,12 @@ def sampled_statistics(
     mode = "L" if in_chans == 1 else "RGB"
     total, total_sq, n = np.zeros(in_chans), np.zeros(in_chans), 0
     for path in list(paths)[:: max(1, len(paths) // count)][:count]:
-        with Image.open(path) as img:
-            img.draft(mode, (512, 512))
-            pixels = np.asarray(img.convert(mode), dtype=np.float64).reshape(-1, in_chans) / 255
+        try:
+            with Image.open(path) as img:
+                img.draft(mode, (512, 512))
+                pixels = np.asarray(img.convert(mode), dtype=np.float64).reshape(-1, in_chans) / 255
+        except UNREADABLE as exc:  # a decompression bomb or a corrupt file: one line naming it
+            raise unreadable_image(path, exc) from exc
         total, total_sq, n = total + pixels.sum(0), total_sq + (pixels**2).sum(0), n + len(pixels)
     mean = total / n
     std = np.sqrt(np.maximum(total_sq / n - mean**2, 1e-12))

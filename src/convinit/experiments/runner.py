@@ -14,17 +14,20 @@ its child process dies) does not stop the others: it is reported as failed, with
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from convinit import lifetime
 from convinit.atomic import atomic_write_text
 from convinit.config import config_differences, load_config, save_config
 from convinit.errors import ConfigError, ConvinitError
@@ -33,10 +36,10 @@ from convinit.provenance import provenance
 from convinit.train import train
 from convinit.train.checkpoint import latest_checkpoint
 from convinit.train.ownership import own_run_dir
+from convinit.train.signals import RunInterrupted
 from convinit.train.threads import CONCURRENT_RUNS_ENV
 
 LAUNCHERS = ("local", "slurm")
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def run_state(run_dir: Path) -> str:
@@ -103,16 +106,7 @@ def check_distinct(runs: list[RunSpec]) -> None:
 
 def die_with_parent(parent: int) -> Callable[[], None]:
     """The child's pre-exec step (Linux): SIGTERM it when the parent dies, however the parent dies."""
-
-    def set_death_signal() -> None:
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        except (OSError, AttributeError):  # not Linux: the parent's cleanup still stops its children
-            return
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return set_death_signal
+    return functools.partial(lifetime.die_with_parent, parent, signal.SIGTERM)
 
 
 def child_process(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -138,16 +132,68 @@ def last_line(text: str) -> str:
     return (lines[-1] if lines else "no message").removeprefix("convinit: error: ")[-300:]
 
 
-def run_in_subprocesses(todo: list[Path], jobs: int) -> dict[str, str]:
+class GridStop:
+    """A grid stops like a run. SIGINT or SIGTERM to the grid forwards SIGTERM to its running children,
+    which stop at their next step boundary with a checkpoint (exit 143); no further row is started; the
+    grid then ends with a `stopped:` line and the signal's exit code. Rerunning it resumes every row."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.children: list[subprocess.Popen] = []
+        self.lock = threading.RLock()  # a child is either started before the stop (and told) or never
+
+    def start(self, launch: Callable[[], subprocess.Popen]) -> subprocess.Popen | None:
+        with self.lock:
+            if self.signum is not None:
+                return None
+            self.children.append(launch())
+            return self.children[-1]
+
+    def stop_children(self) -> None:
+        with self.lock:
+            for child in self.children:
+                if child.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        child.send_signal(signal.SIGTERM)
+
+    def request(self, signum: int, frame: Any) -> None:
+        """The signal handler (main thread): remember the first signal, stop the children."""
+        self.signum = self.signum or signum
+        self.stop_children()
+
+    @contextlib.contextmanager
+    def handling_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.request) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def stopped(self, outcome: dict[str, str], signum: int) -> RunInterrupted:
+        """Print the grid's `stopped:` line; the exception that ends it with the signal's exit code."""
+        halted = sum(what.startswith("stopped") for what in outcome.values())
+        waiting = sum(what.startswith("not started") for what in outcome.values())
+        print(
+            f"stopped: the grid, by signal {signum} ({halted} running runs wrote a checkpoint, {waiting} not "
+            "started); run the same command again to resume them"
+        )
+        return RunInterrupted(signum, None)
+
+
+def run_in_subprocesses(todo: list[Path], jobs: int, stop: GridStop) -> dict[str, str]:
     """Run each directory as a `convinit train --resume` child, `jobs` at once; children are stopped
     (SIGTERM: a checkpoint at the next step boundary) if this process is interrupted."""
-    children: list[subprocess.Popen] = []
     env = {**os.environ, CONCURRENT_RUNS_ENV: str(jobs)}  # each child computes on its share of the cores
 
     def launch(run_dir: Path) -> tuple[str, str]:
         started = start_outcome(run_dir)
-        child = child_process(subprocess_command(run_dir), env)
-        children.append(child)
+        child = stop.start(lambda: child_process(subprocess_command(run_dir), env))
+        if child is None:
+            return str(run_dir), "not started: the grid was stopped"
         _, err = child.communicate()
         if child.returncode == 0:
             return str(run_dir), started
@@ -159,22 +205,27 @@ def run_in_subprocesses(todo: list[Path], jobs: int) -> dict[str, str]:
     try:
         return dict(pool.map(launch, todo))
     except BaseException:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+        stop.request(signal.SIGTERM, None)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_in_process(todo: list[Path], progress: bool) -> dict[str, str]:
+def run_in_process(todo: list[Path], progress: bool, stop: GridStop) -> dict[str, str]:
     outcome = {}
     for run_dir in todo:
+        if stop.signum is not None:  # a signal between two runs
+            outcome[str(run_dir)] = "not started: the grid was stopped"
+            continue
         started = start_outcome(run_dir)
         try:
             train(None, run_dir=run_dir, resume=True, progress=progress)
         except ConvinitError as exc:  # this row failed; the others still run
             outcome[str(run_dir)] = record_failure(run_dir, str(exc))
+            continue
+        except RunInterrupted as exc:  # it wrote a checkpoint and its own `stopped:` line
+            stop.signum = exc.signum
+            outcome[str(run_dir)] = "stopped: rerun the grid to resume it"
             continue
         outcome[str(run_dir)] = started
     return outcome
@@ -215,10 +266,14 @@ def run_grid(
             for run_dir, job in submit_slurm(todo, out, **(slurm_options or {})).items():
                 outcome[run_dir] = f"submitted {job.job_id}"
             return outcome
-        if jobs > 1:
-            outcome.update(run_in_subprocesses(todo, jobs))
-        else:
-            outcome.update(run_in_process(todo, progress))
+        stop = GridStop()
+        with stop.handling_signals():
+            if jobs > 1:
+                outcome.update(run_in_subprocesses(todo, jobs, stop))
+            else:
+                outcome.update(run_in_process(todo, progress, stop))
+        if stop.signum is not None:
+            raise stop.stopped(outcome, stop.signum)
         return outcome
 
 

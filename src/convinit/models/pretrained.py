@@ -36,6 +36,8 @@ FOLDER_FILES = (CONFIG, WEIGHTS, CARD)  # what a saved model folder holds (and m
 MAX_SIDE = (
     4096  # pixels: a larger img_size in a config is damage or a trap (position tables grow as its square)
 )
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")  # timm's names
+MAX_NESTING = 32  # levels of lists and objects a config.json may hold (a convinit one has 3)
 MAX_HEADER = 100 << 20  # bytes; safetensors' own limit on the JSON header
 MAX_INT, MAX_DEPTH = 1 << 20, 4096  # larger integer arguments would hang or exhaust memory while building
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
@@ -159,6 +161,8 @@ def read_pretrained_config(path: Path, source: str) -> dict[str, Any]:
         raise ConfigError(f"{source} holds no {CONFIG}; pass a folder written by save_pretrained")
     try:
         config = json.loads(path.read_bytes().decode("utf-8"))
+    except RecursionError as exc:  # nesting deeper than the interpreter's stack
+        raise ConfigError(f"{source}: {CONFIG} is nested too deeply to read; export the model again") from exc
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{source}: {CONFIG} is not readable JSON ({exc}); export the model again") from exc
     check_config(config, source)
@@ -170,6 +174,8 @@ def check_config(config: Any, source: str) -> None:
     where = f"{source}: {CONFIG}"
     if not isinstance(config, dict):
         raise ConfigError(f"{where} must hold a JSON object, got {type(config).__name__}")
+    if nesting_depth(config) > MAX_NESTING:  # printing or building from it would exhaust the stack
+        raise ConfigError(f"{where} is nested over {MAX_NESTING} levels deep; export the model again")
     name, args = config.get("model"), config.get("model_args")
     if not isinstance(name, str) or name not in list_models():
         raise ConfigError(f"{where} names no convinit model ('model': {name!r}); see `convinit models`")
@@ -188,11 +194,15 @@ def check_config(config: Any, source: str) -> None:
         raise ConfigError(f"{where}: model_args.num_classes must be an integer >= 2, got {num_classes!r}")
     if not is_count(in_chans) or in_chans > 64:
         raise ConfigError(f"{where}: model_args.in_chans must be an integer in 1..64, got {in_chans!r}")
-    for key in ("img_size",):
-        for value in (args.get(key), config.get(key, 1)):
-            sides = value if isinstance(value, list) and len(value) == 2 else [value]
-            if not all(is_count(s) and s <= MAX_SIDE for s in sides):
-                raise ConfigError(f"{where}: {key} must be 1..{MAX_SIDE} pixels (or [h, w]), got {value!r}")
+    for value in (args.get("img_size"), config.get("img_size", args.get("img_size"))):
+        if image_sides(value) is None:
+            raise ConfigError(f"{where}: img_size must be 1..{MAX_SIDE} pixels (or [h, w]), got {value!r}")
+    if "img_size" in config and image_sides(config["img_size"]) != image_sides(args["img_size"]):
+        raise ConfigError(
+            f"{where}: img_size {config['img_size']!r} disagrees with model_args.img_size "
+            f"{args['img_size']!r}, the size the model was built for; export the model again"
+        )
+    check_preprocess(config.get("preprocess"), where)
     classes = config.get("classes")
     if classes is not None and (
         not isinstance(classes, list)
@@ -208,6 +218,42 @@ def check_config(config: Any, source: str) -> None:
             or not all(is_number(v) and (key == "mean" or v > 0) for v in values)
         ):
             raise ConfigError(f"{where}: {key!r} must list {in_chans} finite numbers (positive for std)")
+
+
+def image_sides(value: Any) -> tuple[int, int] | None:
+    """(h, w) of an img_size entry (n or [h, w]) within 1..MAX_SIDE pixels, else None."""
+    sides = value if isinstance(value, list) and len(value) == 2 else [value, value]
+    return tuple(sides) if all(is_count(s) and s <= MAX_SIDE for s in sides) else None
+
+
+def check_preprocess(how: Any, where: str) -> None:
+    """`preprocess` (how an image file becomes the model's input, see `convinit.train.data_record`)."""
+    if how is None:  # a folder saved without it: images are resized to img_size
+        return
+    if not isinstance(how, dict) or how.get("resize") not in ("stretch", "center_crop"):
+        raise ConfigError(f"{where}: 'preprocess' must name resize 'stretch' or 'center_crop'; export again")
+    if how["resize"] == "stretch":
+        if image_sides(how.get("decode_size")) is None:
+            raise ConfigError(f"{where}: preprocess.decode_size must be [h, w] of 1..{MAX_SIDE} pixels")
+        return
+    size, pct = how.get("crop_size"), how.get("crop_pct")
+    if not (is_count(size) and is_number(pct) and pct > 0 and size / pct <= MAX_SIDE):
+        raise ConfigError(
+            f"{where}: preprocess needs crop_size 1..{MAX_SIDE} and a positive crop_pct, got {size!r} {pct!r}"
+        )
+    if how.get("interpolation") not in INTERPOLATIONS:
+        raise ConfigError(f"{where}: preprocess.interpolation must be one of {', '.join(INTERPOLATIONS)}")
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply JSON lists and objects nest in `value`, counted without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            todo += [(child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)]
+    return deepest
 
 
 def is_count(value: Any) -> bool:

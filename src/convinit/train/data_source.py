@@ -24,7 +24,7 @@ from convinit.config import TrainConfig
 from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
 from convinit.data.datasets import dataset_options
 from convinit.data.folder import FolderSplits, folder_splits
-from convinit.data.image_files import GRAYSCALE_MODES
+from convinit.data.image_files import GRAYSCALE_MODES, UNREADABLE, unreadable_image
 from convinit.data.stream import (
     StreamingImages,
     StreamLoader,
@@ -95,9 +95,12 @@ def sampled_shape(paths: list[Path]) -> tuple[int, tuple[int, int]]:
     step = max(1, len(paths) // HEADER_SAMPLE)
     sizes, grey = [], True
     for path in paths[::step][:HEADER_SAMPLE]:
-        with Image.open(path) as img:
-            sizes.append(img.size)
-            grey = grey and img.mode in GRAYSCALE_MODES
+        try:
+            with Image.open(path) as img:
+                sizes.append(img.size)
+                grey = grey and img.mode in GRAYSCALE_MODES
+        except UNREADABLE as exc:  # a decompression bomb is refused from its header: one line
+            raise unreadable_image(path, exc) from exc
     width, height = sorted(sizes)[len(sizes) // 2]
     return (1 if grey else 3), (height, width)
 

@@ -4,19 +4,24 @@ model card generated from the run (see `convinit.train.model_card`); optionally 
 from __future__ import annotations
 
 import math
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import torch.nn as nn
 
 from convinit.config import load_config
-from convinit.data import dataset_info
 from convinit.errors import ConfigError
 from convinit.models.pretrained import FOLDER_FILES, is_repo_id
 from convinit.publish import writable_folder
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
+from convinit.train.data_record import run_data_record
 from convinit.train.model_card import run_model_card
-from convinit.train.model_setup import build_model, prepare_data
+from convinit.train.model_setup import build_model
 from convinit.train.ownership import reading_checkpoints
+
+CONNECT_TIMEOUT = 10  # seconds to reach the Hub before a push is given up
+EXPORTED = ("classes", "mean", "std", "img_size", "preprocess")  # from the run's record into config.json
 
 
 def export_run(
@@ -37,40 +42,59 @@ def export_run(
     if push_to_hub is not None and not is_repo_id(push_to_hub):
         raise ConfigError(f"--push-to-hub wants a Hub name user/name, got {push_to_hub!r}")
     cfg = load_config(run_dir / "config.yaml")
-    dataset_info(cfg.dataset)
-    dataset, keep = prepare_data(cfg)
-    img_size = cfg.img_size or dataset.img_size
-    model = build_model(cfg, dataset.num_classes, dataset.in_chans, img_size)
+    record = run_data_record(run_dir, cfg)  # what the run trained with, never recomputed
+    img_size = tuple(record["img_size"]) if isinstance(record["img_size"], list) else record["img_size"]
+    model = build_model(cfg, len(record["classes"]), record["in_chans"], img_size)
     with reading_checkpoints(run_dir):  # a training run cannot prune it while it is read
         checkpoint = latest_checkpoint(run_dir)
         if checkpoint is None:
             raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
         load_weights(model, checkpoint)
         epoch = int(math.floor(load_train_state(checkpoint)["epoch"]))
-    metadata = {
-        "dataset": cfg.dataset,
-        "classes": dataset.classes,
-        "mean": list(dataset.mean),
-        "std": list(dataset.std),
-        "img_size": list(img_size) if isinstance(img_size, tuple) else img_size,
-    }
+    metadata = {"dataset": cfg.dataset, **{k: record[k] for k in EXPORTED}}
     model.pretrained_config = {"model": cfg.model, **metadata}
-    model.model_card = run_model_card(run_dir, cfg, dataset, len(keep), epoch)
+    model.model_card = run_model_card(run_dir, cfg, record, epoch)
     if out is not None:
         model.save_pretrained(out)
     if push_to_hub is not None:
-        push(model, push_to_hub)
+        push(model, push_to_hub, Path(out) if out is not None else None)
     return model.eval()
 
 
-def push(model: nn.Module, repo_id: str) -> None:
-    """Upload the model folder (weights, config, card) to the Hub; failures are one line."""
+def push(model: nn.Module, repo_id: str, saved: Path | None) -> None:
+    """Upload the model folder (weights, config, card) to the Hub. Without a network this fails in one
+    line within `CONNECT_TIMEOUT` seconds (at once under HF_HUB_OFFLINE), naming the local export kept."""
+    import httpx  # huggingface_hub's HTTP client
+    from huggingface_hub import constants
     from huggingface_hub.errors import HfHubHTTPError
 
+    kept = (
+        f"the export in {saved} is kept: push it later with `hf upload {repo_id} {saved}`"
+        if saved
+        else ("export to a folder first, then push it with `hf upload`")
+    )
+    if constants.HF_HUB_OFFLINE:
+        raise ConfigError(f"not pushed to {repo_id}: HF_HUB_OFFLINE is set, the Hub is not contacted; {kept}")
+    reach(constants.ENDPOINT, repo_id, kept)
     try:
         model.push_to_hub(repo_id)
-    except (HfHubHTTPError, OSError, ValueError) as exc:
+    except (HfHubHTTPError, httpx.TransportError, OSError, ValueError) as exc:
         detail = " ".join(str(exc).split())[:300]
+        login = "" if isinstance(exc, httpx.TransportError) else "; log in with `hf auth login`"
         raise ConfigError(
-            f"could not push to {repo_id} ({type(exc).__name__}: {detail}); log in with `hf auth login`"
+            f"could not push to {repo_id} ({type(exc).__name__}: {detail}){login}; {kept}"
+        ) from exc
+
+
+def reach(endpoint: str, repo_id: str, kept: str) -> None:
+    """One TCP connection to the Hub's host within `CONNECT_TIMEOUT` seconds, or a one-line ConfigError
+    (huggingface_hub retries a refused upload for minutes before it gives up)."""
+    url = urlsplit(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"not pushed to {repo_id}: cannot reach {endpoint} ({exc.strerror or exc or 'timed out'}); "
+            f"check the network; {kept}"
         ) from exc

@@ -4,12 +4,14 @@ A model too large for the machine used to be OOM-killed by the kernel with no me
 or to hang while its modules were built (depth=100000000). Before training, `check_model_args_bounded`
 refuses any integer model argument over `MAX_MODEL_ARG`, and `check_fits_in_memory` builds the model on
 the meta device (shapes only, no memory), estimates what training needs (weights, gradients and two
-optimiser moments per parameter, plus the activations of one batch, from a forward pass on the meta
-device) and refuses it when that exceeds the memory available on the training device.
+optimiser moments per parameter, plus the activations of the largest batch the training set can form,
+from a forward pass on the meta device) and refuses it when that exceeds the memory the training device
+has in all: a verdict about the model, not about what other processes hold at that moment.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -32,20 +34,45 @@ def check_model_args_bounded(model_args: dict[str, Any]) -> None:
             )
 
 
-def available_memory(device: torch.device) -> int | None:
-    """Bytes free on `device` now (CUDA: the driver's count; CPU: MemAvailable), None if unknown."""
+def total_memory(device: torch.device) -> int | None:
+    """Bytes `device` has in all (CUDA: the card's memory; CPU: MemTotal), None if unknown.
+
+    The total, not what is free now: the verdict "this can never train here" must not depend on what
+    other processes happen to hold at that moment (they come and go; the kernel and the driver page).
+    """
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+        return torch.cuda.mem_get_info(device)[1]
     if device.type != "cpu":
         return None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith("MemTotal:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
+
+
+# Training images of the built-in sets: no batch can hold more (drop_last keeps batches full-sized
+# only while the set has that many).
+TRAIN_IMAGES = {"digits": 1000, "mnist": 60000, "fashion-mnist": 60000, "cifar10": 50000,
+                "cifar100": 50000, "svhn": 73257, "tiny-imagenet": 100000}  # fmt: skip
+
+
+def largest_batch(
+    batch_size: int, dataset: str, num_classes: int, per_class: int | None, train_fraction: float | None
+) -> int:
+    """The largest batch a run can form: `batch_size`, or fewer when the training set (after `per_class`
+    or `train_fraction`) holds fewer images; unknown sets keep `batch_size`."""
+    images = TRAIN_IMAGES.get(dataset)
+    if images is None:
+        return batch_size
+    if per_class is not None:
+        images = min(images, per_class * num_classes)
+    elif train_fraction is not None:
+        images = min(images, math.ceil(train_fraction * images) + num_classes)  # at least one per class
+    return min(batch_size, images)
 
 
 def activation_bytes(model: nn.Module, batch: torch.Tensor) -> int:
@@ -79,21 +106,21 @@ def check_fits_in_memory(
     device: torch.device,
 ) -> None:
     """ConfigError when training `meta_model` (built on the meta device) needs more than `device` has."""
-    free = available_memory(device)
-    if free is None:
+    total = total_memory(device)
+    if total is None:
         return
     parameters = sum(p.numel() for p in meta_model.parameters())
     state = parameters * 4 * COPIES_PER_PARAMETER
-    if state > free:  # no forward pass needed to know
+    if state > total:  # no forward pass needed to know
         activations = 0
     else:
         size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         activations = activation_bytes(meta_model, torch.empty(batch_size, in_chans, *size, device="meta"))
-    if state + activations > free:
+    if state + activations > total:
         need, state_gib, act_gib = (state + activations) / GIB, state / GIB, activations / GIB
         raise ConfigError(
             f"this model needs about {need:.1f} GiB to train ({parameters:,} parameters: {state_gib:.1f} GiB "
             f"of weights, gradients and optimiser state; {act_gib:.1f} GiB of activations at batch_size "
-            f"{batch_size}) but {device.type} has {free / GIB:.1f} GiB available; make the model smaller "
-            "or lower batch_size"
+            f"{batch_size}) but {device.type} has {total / GIB:.1f} GiB of memory in all; make the model "
+            "smaller or lower batch_size"
         )

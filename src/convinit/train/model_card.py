@@ -15,7 +15,6 @@ from typing import Any
 import yaml
 
 from convinit.config import KEYS, TrainConfig, resolve_config
-from convinit.data.datasets import ImageDataset
 from convinit.models.pretrained import USAGE
 from convinit.provenance import provenance
 from convinit.train.metrics import MetricsLog
@@ -93,9 +92,14 @@ def dataset_label(cfg: TrainConfig) -> str:
     return f"hf:{cfg.hf_name or Path(cfg.data_dir or '').name}"
 
 
-def card_fields(
-    run_dir: Path, cfg: TrainConfig, dataset: ImageDataset, n_train: int, epoch: int
-) -> dict[str, str]:
+def subset_note(cfg: TrainConfig) -> str:
+    """How the training images were chosen, when not the whole training split."""
+    if cfg.per_class is not None:
+        return f" ({cfg.per_class} per class)"
+    return f" (train_fraction={cfg.train_fraction})" if cfg.train_fraction is not None else ""
+
+
+def card_fields(run_dir: Path, cfg: TrainConfig, record: dict[str, Any], epoch: int) -> dict[str, str]:
     """The card's table, one row per fact about the run."""
     row = result_at(run_dir, epoch)
     accuracy = f"{row['test_acc']:.2f}%" if row.get("test_acc") is not None else "not evaluated at this epoch"
@@ -107,9 +111,10 @@ def card_fields(
         "model": cfg.model,
         "model_args": json.dumps(cfg.model_args, sort_keys=True),
         "dataset": source,
-        "training images": f"{n_train} of {len(dataset.train_labels)}",
-        "test images": str(len(dataset.test_labels)),
-        "classes": str(dataset.num_classes),
+        "training images": str(record.get("train_images", "not recorded")) + subset_note(cfg),
+        "test images": str(record.get("test_images", "not recorded")),
+        "classes": str(len(record["classes"])),
+        "input": input_description(record),
         "recipe": recipe(cfg),
         "init": f"{cfg.init} {json.dumps(cfg.init_args, sort_keys=True) if cfg.init_args else ''}".strip(),
         "init report": init_figures(run_dir),
@@ -122,9 +127,30 @@ def card_fields(
     }
 
 
-def run_model_card(run_dir: Path, cfg: TrainConfig, dataset: ImageDataset, n_train: int, epoch: int) -> str:
-    """The README.md written beside the exported weights."""
-    fields = card_fields(run_dir, cfg, dataset, n_train, epoch)
+def four_digits(values: list[float]) -> str:
+    return "(" + ", ".join(f"{v:.4g}" for v in values) + ")"
+
+
+def input_description(record: dict[str, Any]) -> str:
+    """The preprocessing the model was trained with, as the run recorded it (`preprocessing.json`)."""
+    size = (
+        "x".join(str(s) for s in record["img_size"])
+        if isinstance(record["img_size"], list)
+        else (f"{record['img_size']}x{record['img_size']}")
+    )
+    how = record["preprocess"]
+    resize = (
+        f"short side to {how['crop_size']}/{how['crop_pct']}, centre crop ({how['interpolation']})"
+        if how.get("resize") == "center_crop"
+        else "resized (bilinear)"
+    )
+    mean, std = four_digits(record["mean"]), four_digits(record["std"])
+    return f"{size}, {resize}, normalised with mean {mean} std {std}"
+
+
+def run_model_card(run_dir: Path, cfg: TrainConfig, record: dict[str, Any], epoch: int) -> str:
+    """The README.md written beside the exported weights; `record` is the run's `preprocessing.json`."""
+    fields = card_fields(run_dir, cfg, record, epoch)
     overrides = reproduce_overrides(cfg)
     command = (
         "convinit train " + " ".join(shlex.quote(item) for item in overrides) + " --out run"

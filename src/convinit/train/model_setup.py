@@ -20,7 +20,7 @@ from convinit.init import initialize
 from convinit.models.external import build_model_by_name
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
 from convinit.train.loggers import check_loggers
-from convinit.train.memory_guard import check_fits_in_memory, check_model_args_bounded
+from convinit.train.memory_guard import check_fits_in_memory, check_model_args_bounded, largest_batch
 
 
 def prepare_data(cfg: TrainConfig) -> tuple[ImageDataset, torch.Tensor]:
@@ -145,7 +145,9 @@ def validate(cfg: TrainConfig) -> None:
             meta_model = None
             build_model(cfg, **shape)
         if meta_model is not None:
-            batch = cfg.batch_size
+            batch = largest_batch(
+                cfg.batch_size, cfg.dataset, shape["num_classes"], cfg.per_class, cfg.train_fraction
+            )
             check_fits_in_memory(
                 meta_model, batch, shape["in_chans"], shape["img_size"], resolve_device(cfg.device)
             )

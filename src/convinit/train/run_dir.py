@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from convinit.errors import ConfigError
-from convinit.train.checkpoint import MANIFEST, list_checkpoints, prune
+from convinit.train.checkpoint import list_checkpoints, prune, verify_checkpoint
 
 RUN_FILES = (
     "metrics.jsonl",
@@ -23,6 +23,7 @@ RUN_FILES = (
     "init_report.json",
     "failed.json",
     "threads.json",
+    "preprocessing.json",
 )
 
 
@@ -69,10 +70,16 @@ def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
 
 
 def refuse_if_all_damaged(run_dir: Path) -> None:
-    """On --resume with no intact checkpoint: starting over is right only if none was ever written."""
-    written = [p.name for p in list_checkpoints(run_dir) if (p / MANIFEST).is_file()]
-    if written:
+    """On --resume with no intact checkpoint: starting over is right only if none was ever written.
+
+    Any folder named like a checkpoint counts, with its manifest or without: a write never publishes a
+    folder under its final name before its manifest is complete, so one without is a damaged checkpoint
+    (files deleted by hand, a partial copy), and starting over would silently discard its epochs.
+    """
+    damaged = [f"{p.name}: {verify_checkpoint(p) or 'unreadable'}" for p in list_checkpoints(run_dir)]
+    if damaged:
+        shown = "; ".join(damaged[:3]) + (f"; and {len(damaged) - 3} more" if len(damaged) > 3 else "")
         raise ConfigError(
-            f"every checkpoint of {run_dir} is damaged ({', '.join(written)}; see the warnings above); "
-            f"restore one from a copy, or start over with `convinit train --out {run_dir} --overwrite`"
+            f"every checkpoint of {run_dir} is damaged ({shown}); restore one from a copy, or start "
+            f"over with `convinit train --out {run_dir} --overwrite`"
         )

@@ -21,6 +21,7 @@ from convinit.data import MixupCutmix
 from convinit.errors import ConfigError
 from convinit.provenance import provenance
 from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
+from convinit.train.data_record import read_data_record, write_data_record
 from convinit.train.data_source import DataSource, build_data
 from convinit.train.device import autocast_dtype, configure_cuda_math, memory_format
 from convinit.train.distributed import DistributedContext, barrier
@@ -143,6 +144,8 @@ def build_run(
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if resume and checkpoint is None:
         refuse_if_all_damaged(run_dir)
+    if ddp.is_main and (checkpoint is None or read_data_record(run_dir) is None):
+        write_data_record(run_dir, data, cfg)  # what export and predict use: the run's own input
     model = prepare_model(cfg, data, run_dir, checkpoint is None, ddp.is_main).to(device)
     if cfg.channels_last:  # the input batches' layout; the model's 4-D (conv) weights follow it
         model.to(memory_format=memory_format(cfg))
