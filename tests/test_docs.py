@@ -46,8 +46,8 @@ EXCLUDED = {
     "python -m pytest -m slow": "the 10-minute soak test; it is marked slow",
     "submit_train(": "submits a SLURM job; tests/reliability/test_slurm_requeue.py runs it with submitit",
     "python benchmarks/own_models.py": "a benchmark that takes minutes; the page shows its output",
-    "python benchmarks/bias_diagnostics.py": "measures every run of the trained grid above; the page shows it",
-    "python benchmarks/init_quality.py": "fits and measures every model of its table (minutes); the page shows it",
+    "python benchmarks/bias_diagnostics.py": "measures each trained run of the grid above",
+    "python benchmarks/init_quality.py": "fits and measures every model of its table: minutes",
 }
 # page -> commands run in its workspace first, for blocks that continue what another page starts
 PAGE_SETUP = {
