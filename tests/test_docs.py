@@ -48,6 +48,7 @@ EXCLUDED = {
     "python benchmarks/own_models.py": "a benchmark that takes minutes; the page shows its output",
     "python benchmarks/bias_diagnostics.py": "measures each trained run of the grid above",
     "python benchmarks/init_quality.py": "fits and measures every model of its table: minutes",
+    "python benchmarks/kill_chains.py": "many minutes; tests/reliability runs short chains",
 }
 # page -> commands run in its workspace first, for blocks that continue what another page starts
 PAGE_SETUP = {

@@ -195,6 +195,8 @@ def test_push_to_hub_uploads_the_exported_folder_with_its_card(trained, tmp_path
 
     monkeypatch.setattr(HfApi, "create_repo", lambda self, **_: Repo())
     monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # online, as far as push knows
+    monkeypatch.setattr("convinit.train.export.reach", lambda *_: None)  # the Hub answers (nothing is sent)
     assert main(["export", str(run), str(tmp_path / "m"), "--push-to-hub", "someone/pushed"]) == 0
     assert pushed["repo"] == "someone/pushed"
     assert pushed["files"] == {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}

@@ -22,11 +22,13 @@ def assert_identical(result) -> None:
     assert result.identical, f"{result.name} after {result.stops}: {result.detail}"
 
 
+@pytest.mark.slow  # 30 s each on 2 cores; the suite stays under 10 minutes
 def test_sigterm_then_sigkill_during_evaluation_resume_to_the_uninterrupted_run(tmp_path):
     stops = [Interruption(["--pause-in-eval", "3"], SIGTERM), Interruption(["--pause-in-eval", "1"], SIGKILL)]
     assert_identical(run_chain(tmp_path, "eval", ["eval_every=1"], stops))
 
 
+@pytest.mark.slow  # 30 s each on 2 cores; the suite stays under 10 minutes
 def test_sigterm_then_sigkill_during_the_init_fit_resume_to_the_uninterrupted_run(tmp_path):
     stops = [Interruption(["--pause-in-init"], SIGTERM), Interruption(["--pause-in-init"], SIGKILL)]
     assert_identical(run_chain(tmp_path, "init", INIT_FIT_OVERRIDES, stops))

@@ -115,7 +115,7 @@ def test_grid_children_are_told_how_many_runs_share_the_machine(tmp_path, monkey
     run_dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
     for run_dir in run_dirs:
         run_dir.mkdir()
-    runner.run_in_subprocesses(run_dirs, jobs=3)
+    runner.run_in_subprocesses(run_dirs, jobs=3, stop=runner.GridStop())
     assert [(run_dir / "runs").read_text() for run_dir in run_dirs] == ["3", "3", "3"]
 
 
