@@ -15,7 +15,7 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from convinit.data.augment import BatchAugment
+from convinit.data.augmentation.batch_augment import BatchAugment
 
 VIEWS = {"view", "_unsafe_view", "expand", "permute", "unsqueeze", "squeeze", "select", "slice", "t", "alias",
          "transpose", "as_strided", "reshape", "detach", "unbind", "split", "_reshape_alias"}  # fmt: skip

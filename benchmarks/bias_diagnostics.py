@@ -23,15 +23,15 @@ import torch
 
 from convinit.analysis.init_quality import init_quality, report_offsets
 from convinit.config import load_config
+from convinit.data.source import build_data
+from convinit.init.attention_sites import attention_slots, rms
 from convinit.init.measure import qk_inputs
-from convinit.init.sites import attention_slots, rms
 from convinit.init.targets import Targets, target_mass
-from convinit.train.checkpoint import latest_checkpoint, load_weights
-from convinit.train.data_source import build_data
-from convinit.train.metrics import read_metrics
-from convinit.train.model_setup import build_model, initialize_model
+from convinit.runs.checkpoint import latest_checkpoint, load_weights
+from convinit.runs.metrics import read_metrics
 from convinit.train.rng import seed_everything
-from convinit.train.setup import TRACK_BATCH
+from convinit.train.run_builder import TRACK_BATCH
+from convinit.train.validation import build_model, initialize_model
 
 IMAGES = 64
 

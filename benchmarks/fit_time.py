@@ -14,7 +14,7 @@ import statistics
 
 import torch
 
-from convinit.bench.costs import closed_form_impulse
+from convinit.speed.costs import closed_form_impulse
 
 
 def main() -> None:

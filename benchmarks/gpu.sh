@@ -53,20 +53,20 @@ stage_body() { # the work of one stage; run by `timeout` as `bash gpu.sh --stage
         "$python" -m pip install --quiet --disable-pip-version-check -e ".[timm]"
         ;;
     fabricate)
-        "$python" -c "from convinit.bench.stream import fabricate_folder; \
+        "$python" -c "from convinit.speed.stream import fabricate_folder; \
 fabricate_folder('$DATA', $CLASSES, $PER_CLASS)"
         ;;
     audit)
-        "$python" -m convinit.bench.gpu audit --results "$RESULTS" --device "$DEVICE" --batch "$BATCH" \
+        "$python" -m convinit.speed.gpu audit --results "$RESULTS" --device "$DEVICE" --batch "$BATCH" \
             --folder "$DATA" --steps "$STEPS" --loader-workers "$WORKERS" "${SMALL[@]}"
         ;;
-    steps) "$python" -m convinit.bench.gpu steps --results "$RESULTS" --device "$DEVICE" "${STEP_ARGS[@]}" ;;
+    steps) "$python" -m convinit.speed.gpu steps --results "$RESULTS" --device "$DEVICE" "${STEP_ARGS[@]}" ;;
     train) train_kill_resume ;;
     stream)
-        "$python" -m convinit.bench.gpu stream --results "$RESULTS" --workers "$STREAM_WORKERS" \
+        "$python" -m convinit.speed.gpu stream --results "$RESULTS" --workers "$STREAM_WORKERS" \
             --images "$STREAM_IMAGES" --size "$TRAIN_PX"
         ;;
-    ddp) "$python" -m convinit.bench.gpu ddp --results "$RESULTS" --device "$DEVICE" "${DDP_ARGS[@]}" ;;
+    ddp) "$python" -m convinit.speed.gpu ddp --results "$RESULTS" --device "$DEVICE" "${DDP_ARGS[@]}" ;;
     esac
 }
 
@@ -124,7 +124,7 @@ run_stage() { # name cap: the stage under its cap, its status appended to the re
 summary() {
     if [[ -x "$OUT/venv/bin/python" ]]; then python=$OUT/venv/bin/python; fi
     echo "== results ($RESULTS)"
-    "$python" -m convinit.bench.gpu summary --results "$RESULTS" 2>/dev/null || cat "$RESULTS"
+    "$python" -m convinit.speed.gpu summary --results "$RESULTS" 2>/dev/null || cat "$RESULTS"
 }
 
 mkdir -p "$OUT"

@@ -16,7 +16,7 @@ import argparse
 import torch
 
 from convinit import create_model, initialize
-from convinit.bench.costs import optimizer_impulse
+from convinit.speed.costs import optimizer_impulse
 
 
 def closed_form_rows(kernel_size: int, offsets: str) -> list[tuple[str, dict]]:

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 
 from convinit import create_model, initialize
 from convinit.data.datasets import load_dataset
+from convinit.init.attention_sites import attention_slots
 from convinit.init.measure import real_pass_quality
-from convinit.init.sites import attention_slots
 
 FASHION = dict(img_size=28, in_chans=1, patch_size=4, dim=64, depth=4, heads=4, dim_head=16, mlp_dim=128)
 DIGITS = dict(img_size=8, in_chans=1, patch_size=1, dim=64, depth=4, heads=4, dim_head=16, mlp_dim=128)

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from convinit import initialize
 from convinit.data.datasets import load_dataset
+from convinit.init.attention_sites import attention_slots
 from convinit.init.measure import real_pass_quality
-from convinit.init.sites import attention_slots
 
 SMALL = dict(embed_dim=64, depth=4, num_heads=4, num_classes=10)
 

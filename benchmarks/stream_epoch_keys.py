@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from convinit.data.stream import StreamLoader, sample_seeds
+from convinit.data.streamed_loader import StreamLoader, sample_seeds
 
 IMAGENET_TRAIN = 1_281_167
 

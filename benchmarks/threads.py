@@ -23,7 +23,7 @@ import torch
 from convinit.config import resolve_config
 from convinit.train.device import resolve_device
 from convinit.train.distributed import DistributedContext
-from convinit.train.setup import build_run
+from convinit.train.run_builder import build_run
 from convinit.train.step import train_step
 from convinit.train.threads import choose_threads
 

@@ -20,9 +20,9 @@ import torch.nn as nn
 
 from convinit.analysis import get_tracker
 from convinit.config import TrainConfig, resolve_config
-from convinit.train.data_source import build_data
-from convinit.train.model_setup import build_model, initialize_model
-from convinit.train.setup import TRACK_BATCH
+from convinit.data.source import build_data
+from convinit.train.run_builder import TRACK_BATCH
+from convinit.train.validation import build_model, initialize_model
 
 MODELS = {
     "digits blend alpha 0.1 (8x8 grid)": [],

@@ -42,7 +42,7 @@ EXCLUDED = {
     "--push-to-hub": "uploads to the Hugging Face Hub: needs the network and a token",
     "--launcher slurm": "needs a SLURM cluster",
     "benchmarks/gpu.sh": "needs a GPU",
-    "--compile both": "torch.compile takes about 40 s per model on a CPU; tests/bench covers the option",
+    "--compile both": "torch.compile takes about 40 s per model on a CPU; tests/speed covers the option",
     "python -m pytest -m slow": "the 10-minute soak test; it is marked slow",
     "submit_train(": "submits a SLURM job; tests/reliability/test_slurm_requeue.py runs it with submitit",
     "python benchmarks/own_models.py": "a benchmark that takes minutes; the page shows its output",

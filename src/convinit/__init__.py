@@ -7,10 +7,16 @@ Public API: `create_model`, `list_models`, `initialize`, `from_pretrained`, `sav
 
 from __future__ import annotations
 
-import convinit._progress_bars  # noqa: F401  (first: before anything imports tqdm.auto)
-from convinit.errors import ConfigError, ConvinitError, DataError
-from convinit.lazy_exports import lazy_exports
-from convinit.models import timm_registry
+import warnings
+
+# Progress bars in Jupyter without ipywidgets: tqdm.auto (the trainer's, and the Hub libraries') falls
+# back to its text bar, which works, with a warning ("IProgress not found") that reads like an error to a
+# newcomer. Set first, before anything imports tqdm.auto; `pip install ipywidgets` gets widget bars.
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+from convinit.errors import ConfigError, ConvinitError, DataError  # noqa: E402
+from convinit.models import timm_registry  # noqa: E402
+from convinit.naming.lazy_exports import lazy_exports  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -194,11 +194,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_efficiency(args: argparse.Namespace) -> int:
-    from convinit.atomic import atomic_write_text
     from convinit.config import parse_overrides
     from convinit.experiments.efficiency import efficiency_runs, efficiency_summary
     from convinit.experiments.report import write_report
     from convinit.experiments.runner import run_grid
+    from convinit.runs.atomic import atomic_write_text
 
     methods = parse_methods(args.method)
     fractions = parse_fractions(args.fractions)
@@ -223,7 +223,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from convinit.train.export import export_run
+    from convinit.share.export import export_run
 
     export_run(args.run_dir, args.out, push_to_hub=args.push_to_hub)
     print(f"saved {args.out} (config.json, model.safetensors, README.md model card)")
@@ -233,7 +233,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from convinit.predict import predict
+    from convinit.share.predict import predict
 
     for image, ranked in zip(args.images, predict(args.model, args.images, args.top), strict=True):
         print(f"{image}: " + ", ".join(f"{label} {p:.3f}" for label, p in ranked))
@@ -241,8 +241,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from convinit.bench import BenchOptions, run_bench
-    from convinit.bench.table import format_result
+    from convinit.speed import BenchOptions, run_bench
+    from convinit.speed.table import format_result
 
     if args.out is not None and (args.out.is_dir() or not args.out.name):
         raise ConfigError(
@@ -266,7 +266,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     result = run_bench(options, progress=lambda message: print(f"bench: {message}", file=sys.stderr))
     if args.out is not None:
-        from convinit.atomic import atomic_write_text
+        from convinit.runs.atomic import atomic_write_text
 
         args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.out, json.dumps(result, indent=1))
@@ -498,7 +498,7 @@ def key_options_as_overrides(argv: list[str], parser: argparse.ArgumentParser) -
 def refuse_unknown_option(name: str, value: str, options: set[str]) -> None:
     """`--epoch 3`: neither an option nor a key; refuse naming the key=value it most likely meant."""
     from convinit.config import KEYS
-    from convinit.did_you_mean import close_names
+    from convinit.naming.did_you_mean import close_names
 
     keys = close_names(name.replace("-", "_"), KEYS, n=1)
     if keys and f"--{name}" not in options:
@@ -516,7 +516,7 @@ def command_options(parser: argparse.ArgumentParser, command: str) -> set[str]:
 def unrecognized(items: list[str]) -> str:
     """One line for arguments argparse did not take, with the key=value a stray name most likely meant."""
     from convinit.config import KEYS
-    from convinit.did_you_mean import close_names
+    from convinit.naming.did_you_mean import close_names
 
     first = items[0]
     names = close_names(first.lstrip("-").split("=")[0].replace("-", "_"), KEYS, n=1)

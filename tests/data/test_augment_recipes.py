@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from convinit.config import resolve_config
-from convinit.data.augment import BatchAugment
+from convinit.data.augmentation.batch_augment import BatchAugment
 from convinit.errors import ConfigError
 
 

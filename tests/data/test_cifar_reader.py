@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from convinit.data import load_dataset
-from convinit.data.cifar import CIFAR_MEAN, CIFAR_STD, load_batch
+from convinit.data.readers.cifar import CIFAR_MEAN, CIFAR_STD, load_batch
 from convinit.errors import DataError
 
 

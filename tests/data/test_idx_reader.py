@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from convinit.data import load_dataset
-from convinit.data.idx import FASHION_CLASSES, FASHION_DEBIAN_DIR, read_idx
+from convinit.data.readers.idx import FASHION_CLASSES, FASHION_DEBIAN_DIR, read_idx
 from convinit.errors import DataError
 
 IMAGES_MAGIC = 0x00000803  # unsigned bytes, 3 dimensions

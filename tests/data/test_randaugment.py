@@ -10,8 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from convinit.data.augment import BatchAugment, random_erasing
-from convinit.data.randaugment import (
+from convinit.data.augmentation.batch_augment import BatchAugment, random_erasing
+from convinit.data.augmentation.randaugment import (
     GEOMETRIC_OPS,
     PIXEL_OPS,
     BatchRandAugment,
@@ -19,7 +19,7 @@ from convinit.data.randaugment import (
     pixel_op,
     warp,
 )
-from convinit.data.randaugment_torchvision import TorchvisionRandAugment
+from convinit.data.augmentation.randaugment_torchvision import TorchvisionRandAugment
 
 FILL = (124, 116, 104)
 
@@ -196,7 +196,7 @@ def test_torchvision_policy_batch_equals_torchvisions_operations_image_by_image(
 def test_batched_equalize_equals_torchvisions_equalize_per_image():
     from torchvision.transforms.functional import equalize as torchvision_equalize
 
-    from convinit.data.randaugment import equalize
+    from convinit.data.augmentation.randaugment import equalize
 
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (24, 3, 12, 10), generator=generator, dtype=torch.uint8)

@@ -9,9 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
-from convinit.data.folder import folder_splits
-from convinit.data.loader import DeviceLoader
-from convinit.data.stream import (
+from convinit.data.device_loader import DeviceLoader
+from convinit.data.readers.folder import folder_splits
+from convinit.data.streamed_loader import (
     StreamingImages,
     StreamLoader,
     StreamRecipe,
@@ -174,7 +174,7 @@ def test_auto_mode_keeps_data_on_the_device_only_below_the_budget():
 def test_posterize_at_full_magnitude_gives_black_instead_of_failing():
     """timm's PosterizeIncreasing keeps 0 bits at magnitude 10 (reached through mstd noise); Pillow now
     refuses 0 bits, so every streamed DeiT run would die on some sample without the swap."""
-    from convinit.data.stream import posterize_bits
+    from convinit.data.streamed_loader import posterize_bits
 
     image = Image.fromarray(np.full((6, 6, 3), 200, dtype=np.uint8))
     assert np.asarray(posterize_bits(image, 0)).max() == 0
@@ -186,7 +186,7 @@ def test_posterize_at_full_magnitude_gives_black_instead_of_failing():
 
 
 def test_sampled_statistics_are_the_pixel_statistics_of_the_sampled_images(imagenet_style):
-    from convinit.data.stream import sampled_statistics
+    from convinit.data.streamed_loader import sampled_statistics
 
     def pixels(paths):
         return np.concatenate([np.asarray(Image.open(p).convert("RGB")).reshape(-1, 3) / 255 for p in paths])

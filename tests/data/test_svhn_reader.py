@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from convinit.data import load_dataset
-from convinit.data.svhn import SVHN_MEAN, SVHN_STD
+from convinit.data.readers.svhn import SVHN_MEAN, SVHN_STD
 from convinit.errors import DataError
 
 

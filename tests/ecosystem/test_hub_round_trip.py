@@ -17,10 +17,10 @@ import convinit
 from convinit.cli import main
 from convinit.config import load_config, resolve_config
 from convinit.data import load_dataset
+from convinit.runs.checkpoint import list_checkpoints
+from convinit.runs.metrics import MetricsLog
+from convinit.share.export import export_run
 from convinit.train import train
-from convinit.train.checkpoint import list_checkpoints
-from convinit.train.export import export_run
-from convinit.train.metrics import MetricsLog
 
 datasets = pytest.importorskip("datasets")
 hub_constants = pytest.importorskip("huggingface_hub.constants")
@@ -196,7 +196,7 @@ def test_push_to_hub_uploads_the_exported_folder_with_its_card(trained, tmp_path
     monkeypatch.setattr(HfApi, "create_repo", lambda self, **_: Repo())
     monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # online, as far as push knows
-    monkeypatch.setattr("convinit.train.export.reach", lambda *_: None)  # the Hub answers (nothing is sent)
+    monkeypatch.setattr("convinit.share.export.reach", lambda *_: None)  # the Hub answers (nothing is sent)
     assert main(["export", str(run), str(tmp_path / "m"), "--push-to-hub", "someone/pushed"]) == 0
     assert pushed["repo"] == "someone/pushed"
     assert pushed["files"] == {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}

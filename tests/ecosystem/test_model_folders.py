@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 import convinit
 from convinit.cli import main
 from convinit.errors import ConfigError, ConvinitError
-from convinit.predict import predict
+from convinit.share.predict import predict
 
 ARGS = dict(img_size=8, in_chans=1, patch_size=2, dim=16, depth=1, heads=2, dim_head=8, mlp_dim=16)
 

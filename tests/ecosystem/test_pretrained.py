@@ -12,7 +12,7 @@ from PIL import Image
 import convinit
 from convinit.cli import main
 from convinit.errors import ConfigError
-from convinit.predict import predict
+from convinit.share.predict import predict
 
 PRESETS = {
     "simplevit": dict(

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from convinit.data.augment import BatchAugment
-from convinit.data.randaugment import BatchRandAugment
-from convinit.data.randaugment_torchvision import TorchvisionRandAugment
+from convinit.data.augmentation.batch_augment import BatchAugment
+from convinit.data.augmentation.randaugment import BatchRandAugment
+from convinit.data.augmentation.randaugment_torchvision import TorchvisionRandAugment
 from tests.gpu_path.fake_cuda import CUDA, audit, describe, fake_cuda
 
 MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
@@ -75,7 +75,7 @@ def test_torchvision_policy_copies_its_parameter_table_once_per_image_size():
         with audit() as again:
             augment(torch.rand(8, 3, 16, 16, device=CUDA))
     sites = {t.site.split(":")[0] for t in first.transfers}
-    assert first.transfers and sites == {"convinit/data/randaugment_torchvision.py"}, describe(
+    assert first.transfers and sites == {"convinit/data/augmentation/randaugment_torchvision.py"}, describe(
         first.transfers
     )
     assert again.transfers == []
@@ -83,7 +83,7 @@ def test_torchvision_policy_copies_its_parameter_table_once_per_image_size():
 
 @pytest.fixture(scope="module")
 def image_folder(tmp_path_factory) -> Path:
-    from convinit.bench.stream import fabricate_folder
+    from convinit.speed.stream import fabricate_folder
 
     return fabricate_folder(
         tmp_path_factory.mktemp("folder") / "images", classes=2, per_class=5, val_per_class=1
@@ -91,8 +91,8 @@ def image_folder(tmp_path_factory) -> Path:
 
 
 def test_streamed_batches_reach_the_device_as_uint8_by_non_blocking_copies_only(image_folder):
-    from convinit.data.folder import folder_splits
-    from convinit.data.stream import StreamingImages, StreamLoader, StreamRecipe
+    from convinit.data.readers.folder import folder_splits
+    from convinit.data.streamed_loader import StreamingImages, StreamLoader, StreamRecipe
 
     files = folder_splits(image_folder)
     recipe = StreamRecipe(img_size=32, mean=MEAN, std=STD)

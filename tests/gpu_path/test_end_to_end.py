@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from unittest import mock
 
-from convinit.bench.stream import fabricate_folder
 from convinit.config import resolve_config
+from convinit.speed.stream import fabricate_folder
 from convinit.train import trainer
 from tests.gpu_path.fake_cuda import CUDA, DeviceAudit, describe, fake_cuda
 
@@ -38,7 +38,7 @@ def test_convinit_train_on_a_streamed_folder_steps_without_waiting_on_the_fake_g
         mock.patch.object(trainer, "train_step", audited_step),
         mock.patch.object(trainer, "save_checkpoint", lambda *args, **kwargs: None),
         mock.patch.object(trainer, "check_nonfinite", lambda run, totals: totals),
-        mock.patch("convinit.train.setup.save_augmentation_preview", lambda *args: None),
+        mock.patch("convinit.train.run_builder.save_augmentation_preview", lambda *args: None),
         mock.patch("torch.cuda.synchronize", lambda *args: None),
         fake_cuda(),
     ):

@@ -16,12 +16,12 @@ import torch
 
 from convinit.config import TrainConfig, resolve_config
 from convinit.data.datasets import ImageDataset, dataset_options, load_dataset
-from convinit.train.data_source import DataSource, build_data
+from convinit.data.source import DataSource, build_data
 from convinit.train.distributed import DistributedContext
 from convinit.train.evaluation import evaluate
-from convinit.train.model_setup import build_model
-from convinit.train.setup import step_parts
+from convinit.train.run_builder import step_parts
 from convinit.train.step import StepParts, StepTotals, train_step
+from convinit.train.validation import build_model
 from tests.gpu_path.fake_cuda import CUDA, DeviceAudit, audit, describe, fake_cuda
 
 AUDITED_STEPS = 2
@@ -49,7 +49,7 @@ def read_dataset(cfg: TrainConfig) -> ImageDataset:
 
 def device_data(cfg: TrainConfig, dataset: ImageDataset, rank: int = 0, world_size: int = 1) -> DataSource:
     """`build_data` of a device-resident run on the fake GPU, from the dataset read beforehand."""
-    with mock.patch("convinit.train.data_source.load_dataset", lambda *args, **kwargs: dataset):
+    with mock.patch("convinit.data.source.load_dataset", lambda *args, **kwargs: dataset):
         return build_data(cfg, CUDA, rank, world_size)
 
 
@@ -144,7 +144,7 @@ def test_evaluation_copies_its_order_and_reads_its_sums_once_per_pass():
         with audit() as recorder:
             evaluate(parts.model, data.test, data.eval_transform, torch.bfloat16)
     sites = [(t.kind, t.site.split(":")[0]) for t in recorder.blocking]
-    expected = [("h2d", "convinit/data/loader.py"), ("read", "convinit/train/evaluation.py")]
+    expected = [("h2d", "convinit/data/device_loader.py"), ("read", "convinit/train/evaluation.py")]
     assert sites == expected, describe(recorder.blocking)
 
 
@@ -164,7 +164,7 @@ def streamed_steps(folder: Path, overrides: list[str]) -> DeviceAudit:
 
 @pytest.fixture(scope="module")
 def image_folder(tmp_path_factory) -> Path:
-    from convinit.bench.stream import fabricate_folder
+    from convinit.speed.stream import fabricate_folder
 
     return fabricate_folder(
         tmp_path_factory.mktemp("folder") / "images", classes=2, per_class=6, val_per_class=2

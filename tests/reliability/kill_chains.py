@@ -20,8 +20,8 @@ from pathlib import Path
 
 from killable_runs import EXACT_OVERRIDES, assert_same_run, child_env, start_cli, wait_until
 
-from convinit.train.checkpoint import list_checkpoints
-from convinit.train.ownership import OWNER_LOCK
+from convinit.runs.checkpoint import list_checkpoints
+from convinit.runs.ownership import OWNER_LOCK
 
 PAUSING_CHILDREN = Path(__file__).with_name("pausing_children")
 STEPS_PER_EPOCH = 10  # EXACT_OVERRIDES: 1000 digits, batch_size 100

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from convinit.train.checkpoint import list_checkpoints
+from convinit.runs.checkpoint import list_checkpoints
 
 PAUSING_TRAIN = Path(__file__).with_name("pausing_train.py")
 VOLATILE = {"seconds", "images_per_s"}  # wall-clock figures, the only metrics a resume may change

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from convinit import cli
 from convinit.data import MixupCutmix
-from convinit.train import checkpoint as checkpoint_module
-from convinit.train.metrics import MetricsLog
+from convinit.runs import checkpoint as checkpoint_module
+from convinit.runs.metrics import MetricsLog
 
 
 def pause(marker: Path | None) -> None:
@@ -84,7 +84,8 @@ def pause_in_call(module, name: str, n: int, marker: Path | None) -> None:
 
 def install(args: argparse.Namespace) -> None:
     """Apply the pauses `args` asks for (also used by pausing_children/sitecustomize.py)."""
-    from convinit.train import setup, trainer
+    from convinit.train import run_builder as setup
+    from convinit.train import trainer
 
     if args.pause_at_step:
         pause_at_step(args.pause_at_step, args.marker)

@@ -19,7 +19,7 @@ from killable_runs import EXACT_OVERRIDES
 
 from convinit.cli import main
 from convinit.experiments.report import write_report
-from convinit.train.metrics import read_metrics
+from convinit.runs.metrics import read_metrics
 
 
 def written_in_place(path: Path, mode: str) -> bool:

@@ -15,9 +15,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from convinit.train import checkpoint as ckpt
-from convinit.train.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint, verify_checkpoint
-from convinit.train.run_dir import prepare_run_dir
+from convinit.runs import checkpoint as ckpt
+from convinit.runs.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint, verify_checkpoint
+from convinit.runs.run_dir import prepare_run_dir
 
 
 class Crash(BaseException):

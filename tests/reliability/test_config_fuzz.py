@@ -23,7 +23,7 @@ from convinit.errors import ConvinitError
 from convinit.init import list_schemes
 from convinit.models.registry import list_models, model_arguments
 from convinit.train.device import resolve_device
-from convinit.train.model_setup import build_model, check_forward, dataset_shape, initialize_model, validate
+from convinit.train.validation import build_model, check_forward, dataset_shape, initialize_model, validate
 
 COMMON = ("num_classes", "img_size", "in_chans")  # set from the dataset, not by model_args
 SMALL = {  # sizes that keep every model a few thousand parameters, where it takes them

@@ -18,14 +18,14 @@ from PIL import Image
 
 from convinit.cli import main
 from convinit.config import load_config, resolve_config
-from convinit.data.folder import folder_splits
+from convinit.data import source as data_source_module
+from convinit.data.readers.folder import folder_splits
+from convinit.data.source import build_data
 from convinit.models.pretrained import from_pretrained
-from convinit.predict import model_input, predict
-from convinit.train import data_source as data_source_module
+from convinit.runs.checkpoint import latest_checkpoint, load_weights
+from convinit.share.predict import model_input, predict
 from convinit.train import train
-from convinit.train.checkpoint import latest_checkpoint, load_weights
-from convinit.train.data_source import build_data
-from convinit.train.model_setup import build_model
+from convinit.train.validation import build_model
 
 TINY = ["model_args.patch_size=4", "model_args.depth=1", "model_args.dim=32", "model_args.heads=2",
         "model_args.dim_head=16", "model_args.mlp_dim=64", "warmup_epochs=0", "device=cpu", "epochs=1",

@@ -17,9 +17,9 @@ from convinit.cli import main
 from convinit.config import resolve_config
 from convinit.data import MixupCutmix
 from convinit.errors import TrainingDiverged
+from convinit.runs.checkpoint import list_checkpoints
+from convinit.runs.signals import RunInterrupted
 from convinit.train import train
-from convinit.train.checkpoint import list_checkpoints
-from convinit.train.signals import RunInterrupted
 
 
 def train_args(run_dir) -> list[str]:

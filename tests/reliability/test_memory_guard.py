@@ -12,7 +12,7 @@ from convinit.config import resolve_config
 from convinit.errors import ConfigError
 from convinit.train import memory_guard
 from convinit.train.memory_guard import check_fits_in_memory, largest_batch
-from convinit.train.model_setup import validate
+from convinit.train.validation import validate
 
 GIB = 1 << 30
 

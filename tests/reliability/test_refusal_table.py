@@ -21,7 +21,7 @@ from test_bad_input_table import IDX_FILES, TINY, write_idx
 
 from convinit.cli import main
 from convinit.config import resolve_config, save_config
-from convinit.train.checkpoint import save_checkpoint
+from convinit.runs.checkpoint import save_checkpoint
 
 
 def idx_dir(tmp: Path, train_images: int = 20, train_label: int = 0) -> Path:
@@ -82,7 +82,7 @@ def run_with_damaged_checkpoints(tmp: Path) -> str:
 
 def run_with_checkpoint(tmp: Path, model: torch.nn.Module | None, train_state: dict) -> str:
     """A run whose one intact checkpoint holds `model` (None: the configured model) and `train_state`."""
-    from convinit.train.model_setup import build_model
+    from convinit.train.validation import build_model
 
     cfg = resolve_config(None, TINY)
     run_dir = tmp / "run-with-checkpoint"

@@ -15,10 +15,10 @@ import yaml
 from killable_runs import EXACT_OVERRIDES, child_env, start_cli, wait_until
 
 from convinit.cli import main
+from convinit.data import source as data_source
 from convinit.errors import ConfigError
-from convinit.train import data_source
-from convinit.train.checkpoint import list_checkpoints
-from convinit.train.ownership import own_run_dir, reading_checkpoints
+from convinit.runs.checkpoint import list_checkpoints
+from convinit.runs.ownership import own_run_dir, reading_checkpoints
 
 
 def train_args(run_dir) -> list[str]:

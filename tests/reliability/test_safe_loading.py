@@ -19,7 +19,7 @@ import torch
 
 from convinit.cli import main
 from convinit.errors import ConfigError
-from convinit.train.checkpoint import list_checkpoints, load_train_state, sha256, verify_checkpoint
+from convinit.runs.checkpoint import list_checkpoints, load_train_state, sha256, verify_checkpoint
 
 
 class CreatesFile:

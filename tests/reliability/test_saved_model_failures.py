@@ -17,7 +17,7 @@ import pytest
 from huggingface_hub import constants
 
 from convinit.cli import main
-from convinit.train.checkpoint import MANIFEST, list_checkpoints
+from convinit.runs.checkpoint import MANIFEST, list_checkpoints
 
 
 def one_error_line(capsys) -> str:

@@ -17,7 +17,7 @@ import pytest
 from killable_runs import EXACT_OVERRIDES, assert_same_run, stable_metrics
 
 from convinit.config import resolve_config
-from convinit.train.slurm import TrainJob, submit_train
+from convinit.experiments.slurm_job import TrainJob, submit_train
 
 submitit = pytest.importorskip("submitit")
 

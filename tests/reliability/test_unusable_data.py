@@ -17,7 +17,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from convinit.cli import main
-from convinit.data.stream import StreamLoader
+from convinit.data.streamed_loader import StreamLoader
 
 TINY = ["epochs=1", "warmup_epochs=0", "device=cpu", "batch_size=8", "model_args.depth=1",
         "model_args.dim=32", "img_size=8", "crop_padding=0", "workers=2"]  # fmt: skip

@@ -10,7 +10,7 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from convinit.train.checkpoint import latest_checkpoint
+from convinit.runs.checkpoint import latest_checkpoint
 
 
 def run(argv: list[str]) -> subprocess.CompletedProcess:

@@ -20,11 +20,11 @@ from torch._dynamo.utils import counters
 from convinit.config import resolve_config
 from convinit.data import BatchAugment, MixupCutmix
 from convinit.errors import ConfigError, TrainingDiverged
+from convinit.runs.checkpoint import list_checkpoints, load_train_state
+from convinit.runs.signals import RunInterrupted
 from convinit.train import evaluate_run, train
-from convinit.train import setup as run_setup
-from convinit.train.checkpoint import list_checkpoints, load_train_state
-from convinit.train.model_setup import check_forward
-from convinit.train.signals import RunInterrupted
+from convinit.train import run_builder as run_setup
+from convinit.train.validation import check_forward
 
 VOLATILE = {"seconds", "images_per_s"}
 

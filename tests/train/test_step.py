@@ -146,7 +146,7 @@ def test_the_fused_kernel_skips_where_found_inf_is_set(optimizer):
 
 def test_compile_mode_auto_is_cuda_graphs_without_autotuning_on_one_gpu_and_torchs_default_elsewhere():
     from convinit.config import resolve_config
-    from convinit.train.setup import compile_mode
+    from convinit.train.run_builder import compile_mode
 
     auto = resolve_config(None, ["compile=true"])
     assert compile_mode(auto, torch.device("cuda")) == "reduce-overhead"

@@ -12,8 +12,8 @@ import pytest
 from convinit.config import resolve_config
 from convinit.data import MixupCutmix
 from convinit.experiments.demo import run_demo
+from convinit.runs.signals import RunInterrupted
 from convinit.train import train
-from convinit.train.signals import RunInterrupted
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from convinit.config import resolve_config
-from convinit.data.stream import StreamingImages, StreamLoader
+from convinit.data.streamed_loader import StreamingImages, StreamLoader
 from convinit.errors import ConfigError
 from convinit.train import evaluate_run, train
 from convinit.train.threads import CONCURRENT_RUNS_ENV, cgroup_cores, choose_threads, read_recorded
@@ -121,7 +121,7 @@ def test_grid_children_are_told_how_many_runs_share_the_machine(tmp_path, monkey
 
 def test_a_streamed_run_counts_its_data_workers_against_its_threads(tmp_path, tiny_overrides, monkeypatch):
     from convinit.train.distributed import DistributedContext
-    from convinit.train.setup import build_run
+    from convinit.train.run_builder import build_run
     from convinit.train.threads import usable_cores
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -12,9 +12,9 @@ from safetensors.torch import load_file
 from convinit.config import resolve_config
 from convinit.data import MixupCutmix
 from convinit.errors import ConfigError, TrainingDiverged
+from convinit.runs.checkpoint import list_checkpoints
+from convinit.runs.signals import RunInterrupted
 from convinit.train import evaluate_run, train
-from convinit.train.checkpoint import list_checkpoints
-from convinit.train.signals import RunInterrupted
 
 VOLATILE = {"seconds", "images_per_s"}
 

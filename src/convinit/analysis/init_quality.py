@@ -68,8 +68,8 @@ def measured_maps(model: nn.Module, images: torch.Tensor) -> list[tuple[torch.Te
 
 def slot_maps(model: nn.Module, images: torch.Tensor) -> list[tuple[torch.Tensor, tuple[int, int]]]:
     """The maps of a model without recording layers (timm), from the Q/K inputs its layers receive."""
+    from convinit.init.attention_sites import attention_slots
     from convinit.init.measure import layer_maps, qk_inputs
-    from convinit.init.sites import attention_slots
 
     try:
         slots = attention_slots(model, "measure")

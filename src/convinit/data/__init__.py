@@ -6,11 +6,11 @@ registry imports the reader modules (cifar, digits, folder, hf, idx, svhn, tiny_
 
 from __future__ import annotations
 
-from convinit.lazy_exports import lazy_exports
+from convinit.naming.lazy_exports import lazy_exports
 
 _EXPORTS = {
-    "BatchAugment": "convinit.data.augment",
-    "MixupCutmix": "convinit.data.augment",
+    "BatchAugment": "convinit.data.augmentation.batch_augment",
+    "MixupCutmix": "convinit.data.augmentation.batch_augment",
     "ImageDataset": "convinit.data.datasets",
     "check_available": "convinit.data.datasets",
     "dataset_info": "convinit.data.datasets",
@@ -18,7 +18,7 @@ _EXPORTS = {
     "list_datasets": "convinit.data.datasets",
     "load_dataset": "convinit.data.datasets",
     "register_dataset": "convinit.data.datasets",
-    "DeviceLoader": "convinit.data.loader",
+    "DeviceLoader": "convinit.data.device_loader",
     "stratified_subset": "convinit.data.subsets",
 }
 

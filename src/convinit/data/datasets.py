@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from convinit.did_you_mean import suggestion
 from convinit.errors import ConfigError, DataError
+from convinit.naming.did_you_mean import suggestion
 
 if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
     import torch
@@ -114,7 +114,7 @@ READERS = ("cifar", "digits", "folder", "hf", "idx", "svhn", "tiny_imagenet")
 
 def load_readers() -> None:
     for module in READERS:
-        importlib.import_module(f"convinit.data.{module}")
+        importlib.import_module(f"convinit.data.readers.{module}")
 
 
 def register_dataset(info: DatasetInfo) -> DatasetInfo:

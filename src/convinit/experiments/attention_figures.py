@@ -14,13 +14,13 @@ import torch
 import torch.nn as nn
 
 from convinit.config import TrainConfig, load_config
+from convinit.data.source import build_data
 from convinit.errors import ConfigError
 from convinit.experiments.grid import slug
-from convinit.train.checkpoint import latest_checkpoint, load_weights
-from convinit.train.data_source import build_data
-from convinit.train.model_setup import build_model, initialize_model
+from convinit.runs.checkpoint import latest_checkpoint, load_weights
 from convinit.train.rng import seed_everything
 from convinit.train.threads import set_run_threads
+from convinit.train.validation import build_model, initialize_model
 
 
 def has_attention(model: nn.Module) -> bool:

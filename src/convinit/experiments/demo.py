@@ -23,10 +23,10 @@ from convinit.analysis.init_summary import init_markdown, init_rows, positional_
 from convinit.config import TrainConfig, build_config
 from convinit.experiments.grid import slug
 from convinit.experiments.report import find_runs, plot_curves, summarise
-from convinit.provenance import provenance
-from convinit.publish import writable_folder
+from convinit.runs.provenance import provenance
+from convinit.runs.signals import continue_with
+from convinit.share.folder_publish import writable_folder
 from convinit.train import train, validate
-from convinit.train.signals import continue_with
 
 # what a demo folder holds: a rerun resumes in it (finished methods are skipped)
 DEMO_FILES = ("runs", "attention", "curves.png", "report.md", "results.csv")
@@ -102,7 +102,7 @@ def demo_config(method: DemoMethod, epochs: int, seed: int) -> TrainConfig:
 def parameter_count(run_dir: Path) -> int:
     from safetensors.torch import load_file
 
-    from convinit.train.checkpoint import latest_checkpoint
+    from convinit.runs.checkpoint import latest_checkpoint
 
     return sum(t.numel() for t in load_file(latest_checkpoint(run_dir) / "model.safetensors").values())
 

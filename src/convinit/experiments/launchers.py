@@ -1,7 +1,7 @@
 """SLURM submission through submitit: one job per run directory, each resuming that run.
 
-Each job is a `convinit.train.slurm.TrainJob` on its run directory: on SLURM's pre-emption or time-out
-signal it checkpoints at a step boundary and requeues itself, and the requeued job resumes there.
+Each job is a `convinit.experiments.slurm_job.TrainJob` on its run directory: on SLURM's pre-emption or
+time-out signal it checkpoints at a step boundary and requeues itself, and the requeued job resumes there.
 Tests use submitit's local executor (`cluster="local"`).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from convinit.errors import ConfigError
-from convinit.train.slurm import TrainJob
+from convinit.experiments.slurm_job import TrainJob
 
 
 def submit_slurm(

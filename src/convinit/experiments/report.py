@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from convinit.analysis.init_summary import init_markdown, init_rows
-from convinit.atomic import atomic_write_text, atomic_writer
 from convinit.config import load_config
 from convinit.errors import ConfigError
 from convinit.experiments.paired import paired_difference
-from convinit.train.metrics import read_metrics
-from convinit.train.track_log import TRACK_FILE
+from convinit.runs.atomic import atomic_write_text, atomic_writer
+from convinit.runs.metrics import read_metrics
+from convinit.runs.track_log import TRACK_FILE
 
 # config keys that do not change what a run trains: runs differing only in these share a row
 NOT_THE_EXPERIMENT = {

@@ -27,16 +27,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from convinit import lifetime
-from convinit.atomic import atomic_write_text
 from convinit.config import config_differences, load_config, save_config
 from convinit.errors import ConfigError, ConvinitError
 from convinit.experiments.grid import RunSpec
-from convinit.provenance import provenance
+from convinit.runs import parent_death as lifetime
+from convinit.runs.atomic import atomic_write_text
+from convinit.runs.checkpoint import latest_checkpoint
+from convinit.runs.ownership import own_run_dir
+from convinit.runs.provenance import provenance
+from convinit.runs.signals import RunInterrupted
 from convinit.train import train
-from convinit.train.checkpoint import latest_checkpoint
-from convinit.train.ownership import own_run_dir
-from convinit.train.signals import RunInterrupted
 from convinit.train.threads import CONCURRENT_RUNS_ENV
 
 LAUNCHERS = ("local", "slurm")
@@ -242,7 +242,7 @@ def run_grid(
     """Run every spec into out/<row>/seed<k>; returns {run dir: what was done}.
 
     What was done: trained, resumed from <checkpoint>, skipped (finished before), failed: <reason>,
-    or submitted <job id>. `out` is held (see `convinit.train.ownership`) while the grid runs.
+    or submitted <job id>. `out` is held (see `convinit.runs.ownership`) while the grid runs.
     """
     runs = list(runs)
     check_distinct(runs)

@@ -19,7 +19,7 @@ Model III layers (qk_input "free") have no X: `optimize` fits the factors direct
 `closed_form` sets an exact rank-3 factorisation of -gap * ||key - query - o||^2.
 
 Given `images`, the last `held_out` share of the batch (a quarter) is held apart from the fit. The
-layers are fitted in order on the model's blocks run one at a time (`convinit.init.running`: one
+layers are fitted in order on the model's blocks run one at a time (`convinit.init.block_runner`: one
 block pass per layer, the residual stream kept), on the first images holding FIT_TOKENS patch tokens;
 the logit gap is searched on the first of them holding GAP_ENTRIES attention entries per head (all
 images fitted on for a 7x7 grid, 4 images for a 16x16 one: its cost grows as images x N^2, and a per-head
@@ -44,6 +44,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from convinit.errors import ConfigError
+from convinit.init.attention_sites import (
+    AttentionSlot,
+    attention_slots,
+    position_table,
+    qk_parameters,
+    rms,
+    write_qk,
+)
+from convinit.init.block_runner import BlockRunner
 from convinit.init.closed_form import InputStatistics, SignalBasis, closed_form_factors, quadratic_factors
 from convinit.init.filters import check_kernel_size
 from convinit.init.measure import (
@@ -58,15 +67,6 @@ from convinit.init.mimetic import mimetic_value_proj
 from convinit.init.paper_optimizer import optimize_factors
 from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, prepare_positions
 from convinit.init.registry import register_scheme
-from convinit.init.running import BlockRunner
-from convinit.init.sites import (
-    AttentionSlot,
-    attention_slots,
-    position_table,
-    qk_parameters,
-    rms,
-    write_qk,
-)
 from convinit.init.targets import Targets, layer_offsets, map_quality, smallest_gap
 from convinit.models.vit import SimpleViT
 

@@ -2,7 +2,7 @@
 
 A map fitted on a position-only pseudo-input (P or LN(P)) says little about the map the layer
 computes once image content enters its Q/K input (alpha * LN(x) + (1 - alpha) * P, or LN(x + P)).
-`BlockRunner` (`convinit.init.running`) reads the Q/K input each layer really receives, one block at a
+`BlockRunner` (`convinit.init.block_runner`) reads the Q/K input each layer really receives, one block at a
 time (`qk_inputs`, one plain forward pass with hooks, is the reference it equals); `layer_maps` turns
 one layer's input into its softmax maps exactly as the layer does (the maps `record_attention` shows);
 `real_pass_quality` reports, per layer and head, the attention mass on the target offset, argmax
@@ -20,9 +20,9 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
+from convinit.init.attention_sites import AttentionSlot, attention_slots
+from convinit.init.block_runner import BlockRunner
 from convinit.init.filters import Offset, grid_coords
-from convinit.init.running import BlockRunner
-from convinit.init.sites import AttentionSlot, attention_slots
 from convinit.init.targets import Targets
 
 LOW_MASS = 0.2  # below this real-pass target mass the report warns: the maps are not convolutions

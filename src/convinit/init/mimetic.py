@@ -13,7 +13,7 @@ recipe is applied in token space, Q_h K_h ~ a1 * Z1 + b1 * I (N x N, Z of varian
 Paper 1's tables were made with a weaker variant (`variant="paper1"`, official `vit.py`, SPEC section 4):
 Q/K only (V/proj keep their default init), W_h = 0.7 * sqrt(1/D) * U(-1, 1) + 0.7 * I, i.e. noise of
 variance 1/(3D) instead of 1/D, drawn for all heads at once, rank-d SVD factors.
-Works on the models `convinit.init.sites.attention_slots` supports (timm-layout ViTs: the q/k
+Works on the models `convinit.init.attention_sites.attention_slots` supports (timm-layout ViTs: the q/k
 biases are set to 0, the v/proj biases are left alone).
 """
 
@@ -26,9 +26,9 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
+from convinit.init.attention_sites import AttentionSlot, attention_slots, rms, write_qk
 from convinit.init.positions import repair_unset
 from convinit.init.registry import register_scheme
-from convinit.init.sites import AttentionSlot, attention_slots, rms, write_qk
 
 VARIANTS = ("trockman_kolter", "paper1")
 QK_CONSTANTS = (0.7, 0.7)  # a1, b1

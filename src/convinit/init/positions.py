@@ -29,8 +29,8 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.init.hf_sites import hf_vit_backbone
-from convinit.init.sites import position_table, sincos_into_pos_embed
+from convinit.init.attention_sites import position_table, sincos_into_pos_embed
+from convinit.init.hf_attention_sites import hf_vit_backbone
 
 POSITION_MODES = ("scale", "sincos", "keep")
 POS_EMBED_SCALE = 18.0  # the follow-up paper's norm_p

@@ -6,7 +6,7 @@ architecture modules (vit, convit, convmixer, deit) the first time it is asked.
 
 from __future__ import annotations
 
-from convinit.lazy_exports import lazy_exports
+from convinit.naming.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "create_model": "convinit.models.registry",

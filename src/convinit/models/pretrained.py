@@ -27,7 +27,7 @@ from safetensors.torch import load_model
 
 from convinit.errors import ConfigError
 from convinit.models.registry import create_model, list_models
-from convinit.publish import publish_folder
+from convinit.share.folder_publish import publish_folder
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -227,7 +227,7 @@ def image_sides(value: Any) -> tuple[int, int] | None:
 
 
 def check_preprocess(how: Any, where: str) -> None:
-    """`preprocess` (how an image file becomes the model's input, see `convinit.train.data_record`)."""
+    """`preprocess`: how an image file becomes the model's input (`convinit.runs.preprocessing_record`)."""
     if how is None:  # a folder saved without it: images are resized to img_size
         return
     if not isinstance(how, dict) or how.get("resize") not in ("stretch", "center_crop"):

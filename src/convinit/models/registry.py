@@ -12,8 +12,8 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from convinit.did_you_mean import suggestion
 from convinit.errors import ConfigError
+from convinit.naming.did_you_mean import suggestion
 
 if TYPE_CHECKING:
     import torch.nn as nn

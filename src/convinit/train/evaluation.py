@@ -14,14 +14,14 @@ import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel
 
 from convinit.config import load_config
+from convinit.data.source import build_data
 from convinit.errors import ConfigError
-from convinit.train.checkpoint import latest_checkpoint, load_train_state, load_weights
-from convinit.train.data_source import build_data
+from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
+from convinit.runs.ownership import reading_checkpoints
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
 from convinit.train.distributed import DistributedContext
-from convinit.train.model_setup import build_model
-from convinit.train.ownership import reading_checkpoints
 from convinit.train.threads import set_run_threads
+from convinit.train.validation import build_model
 
 
 @torch.no_grad()

@@ -13,7 +13,7 @@ import torch
 
 def seed_everything(seed: int, deterministic: bool, rank: int = 0) -> None:
     """Seed every generator with `seed + rank`, as timm does: under DDP each rank draws its own
-    augmentations (the data order has its own generator, seeded by `seed` alone, see data/loader.py)."""
+    augmentations (the data order has its own generator, seeded by `seed` alone: data/device_loader.py)."""
     seed = seed + rank
     random.seed(seed)
     np.random.seed(seed % 2**32)

@@ -10,7 +10,7 @@ import torch.nn as nn
 from convinit.config import TrainConfig
 from convinit.errors import ConfigError
 from convinit.models.pretrained import from_pretrained
-from convinit.train.export import export_run
+from convinit.share.export import export_run
 
 
 def load_teacher(cfg: TrainConfig, num_classes: int, device: torch.device) -> nn.Module | None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from convinit.atomic import atomic_write_text
+from convinit.runs.atomic import atomic_write_text
 
 CONCURRENT_RUNS_ENV = "CONVINIT_CONCURRENT_RUNS"  # a `--jobs N` grid sets N for its children
 RECORD = "threads.json"

@@ -23,10 +23,14 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from convinit.atomic import atomic_write_text
 from convinit.config import TrainConfig, config_differences, load_config
 from convinit.errors import ConfigError, TrainingDiverged
-from convinit.train.checkpoint import latest_checkpoint, save_checkpoint
+from convinit.runs.atomic import atomic_write_text
+from convinit.runs.checkpoint import latest_checkpoint, save_checkpoint
+from convinit.runs.ownership import own_run_dir
+from convinit.runs.run_dir import check_run_dir_path
+from convinit.runs.signals import RunInterrupted, stop_at_step_boundary, stop_outside_the_loop
+from convinit.runs.track_log import TrackLog, track_due
 from convinit.train.device import explain_compile_failure, resolve_device
 from convinit.train.distributed import (
     DistributedContext,
@@ -37,14 +41,10 @@ from convinit.train.distributed import (
     under_torchrun,
 )
 from convinit.train.evaluation import evaluate, run_trackers
-from convinit.train.model_setup import validate
-from convinit.train.ownership import own_run_dir
 from convinit.train.rng import seed_rank_epoch
-from convinit.train.run_dir import check_run_dir_path
-from convinit.train.setup import Run, build_run
-from convinit.train.signals import RunInterrupted, stop_at_step_boundary, stop_outside_the_loop
+from convinit.train.run_builder import Run, build_run
 from convinit.train.step import train_step
-from convinit.train.track_log import TrackLog, track_due
+from convinit.train.validation import validate
 
 
 @dataclass
@@ -68,7 +68,7 @@ def train(
 ) -> TrainingRun:
     """Train `cfg` into `run_dir` (a new timestamped folder under runs/ by default), or resume `run_dir`.
 
-    The run directory is held exclusively while this runs (see `convinit.train.ownership`): a second
+    The run directory is held exclusively while this runs (see `convinit.runs.ownership`): a second
     `train` or `--resume` on it is refused with the holder's PID.
     """
     if resume and (run_dir is None or not Path(run_dir).is_dir()):

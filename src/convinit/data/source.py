@@ -1,0 +1,309 @@
+"""Where a run's batches come from: the device-resident path or the streamed one (`data_mode`).
+
+`device` decodes the training set once and keeps it on the training device (fast for small sets);
+`stream` reads images in DataLoader workers with timm's per-sample transforms (any size of dataset)
+and finishes them on the device (normalisation, random erasing);
+`auto` keeps data on the device when its decoded size fits `data_budget_gb` (default: half the free
+memory of the training device) and streams otherwise, and says which it chose and why. Both give the
+loop the same thing: batches, a transform that makes a batch the model's input on the device, and the
+dataset's shape, so the loop does not know which path it reads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+from convinit.analysis.init_maps import INIT_BATCH
+from convinit.config import TrainConfig
+from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
+from convinit.data.datasets import dataset_options
+from convinit.data.readers.folder import FolderSplits, folder_splits
+from convinit.data.readers.image_files import GRAYSCALE_MODES, UNREADABLE, unreadable_image
+from convinit.data.streamed_loader import (
+    StreamingImages,
+    StreamLoader,
+    StreamRecipe,
+    choose_data_mode,
+    decoded_bytes,
+    sampled_statistics,
+)
+from convinit.errors import ConfigError
+
+# timm's defaults (ImageNet's statistics), for `folder_statistics(..., source="imagenet")`
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+HEADER_SAMPLE = 256  # image headers read to estimate a folder's decoded size and channels
+
+
+@dataclass
+class DataSource:
+    """A run's data, whichever path serves it."""
+
+    mode: str  # device or stream
+    reason: str
+    train: DeviceLoader | StreamLoader
+    test: DeviceLoader | StreamLoader
+    augment: Callable[[torch.Tensor], torch.Tensor]  # a training batch -> normalised input on the device
+    eval_transform: Callable[[torch.Tensor], torch.Tensor]
+    classes: list[str]
+    in_chans: int
+    img_size: int | tuple[int, int]  # as the model is built: the config's, else the dataset's (H, W)
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    train_size: int
+    init_set: StreamingImages | None = None  # streamed: the training images under the evaluation transform
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def init_batch(self, count: int = INIT_BATCH) -> torch.Tensor:
+        """`count` training images spread evenly over the training set, preprocessed as for evaluation (no
+        augmentation), on the CPU: what `initialize(..., images=...)` fits on and measures at step 0."""
+        n = self.train_size
+        picks = torch.linspace(0, n - 1, min(count, n)).long()
+        if isinstance(self.train, DeviceLoader):
+            return self.eval_transform(self.train.images[picks.to(self.train.images.device)]).cpu()
+        images = torch.stack([self.init_set[int(i), 0][0] for i in picks])  # uint8, on the CPU
+        return self.eval_transform(images.to(self.eval_transform.mean.device)).cpu()
+
+    def test_batch(self, count: int, device: torch.device) -> torch.Tensor:
+        """The first `count` test images as model input (trackers and the forward check use them)."""
+        if isinstance(self.test, DeviceLoader):
+            return self.eval_transform(self.test.images[:count].to(device))
+        data = self.test.dataset
+        images = torch.stack([data[i, 0][0] for i in range(min(count, len(data)))])  # uint8
+        return self.eval_transform(images.to(device))
+
+
+def memory_budget(cfg: TrainConfig, device: torch.device) -> int:
+    """Bytes the device-resident path may use: `data_budget_gb`, else half the device's free memory."""
+    if cfg.data_budget_gb is not None:
+        return int(cfg.data_budget_gb * 2**30)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0] // 2
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+
+
+def sampled_shape(paths: list[Path]) -> tuple[int, tuple[int, int]]:
+    """(channels, typical (H, W)) from the headers of an evenly spread sample of the files."""
+    step = max(1, len(paths) // HEADER_SAMPLE)
+    sizes, grey = [], True
+    for path in paths[::step][:HEADER_SAMPLE]:
+        try:
+            with Image.open(path) as img:
+                sizes.append(img.size)
+                grey = grey and img.mode in GRAYSCALE_MODES
+        except UNREADABLE as exc:  # a decompression bomb is refused from its header: one line
+            raise unreadable_image(path, exc) from exc
+    width, height = sorted(sizes)[len(sizes) // 2]
+    return (1 if grey else 3), (height, width)
+
+
+def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1) -> DataSource:
+    """The run's DataSource; the mode is chosen before anything is decoded."""
+    root = dataset_info(cfg.dataset).resolve_dir(cfg.data_dir)
+    if cfg.dataset == "folder" and cfg.data_mode != "device":
+        files = folder_splits(root)
+        in_chans, size = sampled_shape(files.train_paths)
+        needed = decoded_bytes(len(files.train_paths), in_chans, size)
+        mode, reason = choose_data_mode(cfg.data_mode, needed, memory_budget(cfg, device))
+        if mode == "stream":
+            return streamed_folder(cfg, files, in_chans, reason, rank, world_size, device)
+    elif cfg.data_mode == "stream":
+        mode, reason = "stream", "data_mode=stream (a reader that decodes the whole set, served per sample)"
+    else:
+        mode, reason = "device", f"data_mode={cfg.data_mode}: {cfg.dataset} is read whole, kept on the device"
+    dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
+    keep = stratified_subset(
+        dataset.train_labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order
+    )
+    img_size = cfg.img_size or dataset.img_size
+    common = dict(
+        classes=dataset.classes,
+        in_chans=dataset.in_chans,
+        img_size=img_size,
+        mean=dataset.mean,
+        std=dataset.std,
+        train_size=len(keep),
+    )
+    if mode == "stream":
+        recipe = stream_recipe(cfg, pair(img_size)[0], dataset.mean, dataset.std, dataset.in_chans)
+        train_set = StreamingImages(
+            dataset.train_images[keep], dataset.train_labels[keep], recipe.train_transform(), dataset.in_chans
+        )
+        test_set = StreamingImages(
+            dataset.test_images, dataset.test_labels, recipe.eval_transform(), dataset.in_chans
+        )
+        loaders = stream_loaders(cfg, train_set, test_set, rank, world_size, device)
+        init_set = StreamingImages(
+            train_set.source, train_set.labels, recipe.eval_transform(), dataset.in_chans
+        )
+        augment, eval_transform = (
+            recipe.device_augment(True).to(device),
+            recipe.device_augment(False).to(device),
+        )
+        return DataSource("stream", reason, *loaders, augment, eval_transform, **common, init_set=init_set)
+    train = DeviceLoader(
+        dataset.train_images[keep],
+        dataset.train_labels[keep],
+        cfg.batch_size // world_size,
+        device,
+        shuffle=True,
+        drop_last=len(keep) > cfg.batch_size or world_size > 1,
+        seed=cfg.seed,
+        rank=rank,
+        world_size=world_size,
+        repeats=cfg.repeated_aug,
+    )
+    shard = dict(rank=rank, world_size=world_size)  # under DDP each rank evaluates its shard of the test set
+    test = DeviceLoader(dataset.test_images, dataset.test_labels, cfg.eval_batch_size, device, **shard)
+    augment = device_augmentation(cfg, dataset.mean, dataset.std, pair(img_size)).to(device)
+    eval_transform = BatchAugment(dataset.mean, dataset.std, pair(img_size)).to(device)
+    return DataSource("device", reason, train, test, augment, eval_transform, **common)
+
+
+def pair(size: int | tuple[int, int]) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+def device_augmentation(cfg: TrainConfig, mean: tuple, std: tuple, img_size: tuple[int, int]) -> BatchAugment:
+    return BatchAugment(
+        mean,
+        std,
+        img_size,
+        train=True,
+        crop_padding=cfg.crop_padding,
+        hflip=cfg.hflip,
+        randaugment_n=cfg.randaugment_n,
+        randaugment_m=cfg.randaugment_m,
+        randaugment_mstd=cfg.randaugment_mstd,
+        random_erasing=cfg.random_erasing,
+        randaugment_policy=cfg.randaugment_policy,
+        resized_crop_scale=cfg.resized_crop_scale,
+    )
+
+
+def stream_recipe(cfg: TrainConfig, img_size: int, mean: tuple, std: tuple, in_chans: int) -> StreamRecipe:
+    """timm's transforms for this config: DeiT's when the preset asks for its pieces."""
+    if cfg.randaugment_n and cfg.randaugment_policy != "timm":
+        raise ConfigError(
+            "the streamed path applies timm's RandAugment; use randaugment_policy=timm or data_mode=device"
+        )
+    if cfg.crop_padding:
+        raise ConfigError(
+            "the streamed path crops with resized_crop_scale (timm's RandomResizedCrop), not "
+            "crop_padding; set crop_padding=0 or data_mode=device"
+        )
+    randaugment = None
+    if cfg.randaugment_n:
+        mstd = f"-mstd{cfg.randaugment_mstd:g}" if cfg.randaugment_mstd else ""
+        randaugment = f"rand-m{cfg.randaugment_m:g}-n{cfg.randaugment_n}{mstd}-inc1"
+    if cfg.resized_crop_scale is None:  # no random crop: the central square, resized (timm's fallback)
+        crop_scale, crop_ratio = (1.0, 1.0), (1.0, 1.0)
+    else:
+        crop_scale, crop_ratio = (cfg.resized_crop_scale, 1.0), (3 / 4, 4 / 3)
+    return StreamRecipe(
+        img_size=img_size,
+        mean=tuple(mean),
+        std=tuple(std),
+        in_chans=in_chans,
+        crop_scale=crop_scale,
+        crop_ratio=crop_ratio,
+        hflip=cfg.hflip,
+        randaugment=randaugment,
+        random_erasing=cfg.random_erasing,
+        crop_pct=cfg.crop_pct,
+    )
+
+
+def stream_loaders(
+    cfg: TrainConfig,
+    train_set: StreamingImages,
+    test_set: StreamingImages,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+) -> tuple[StreamLoader, StreamLoader]:
+    workers = min(cfg.workers, os.cpu_count() or 1)
+    pin = device.type == "cuda"
+    train = StreamLoader(
+        train_set,
+        cfg.batch_size // world_size,
+        seed=cfg.seed,
+        shuffle=True,
+        drop_last=True,
+        rank=rank,
+        world_size=world_size,
+        repeats=cfg.repeated_aug,
+        num_workers=workers,
+        pin_memory=pin,
+        device=device,
+    )
+    test = StreamLoader(  # under DDP each rank evaluates its shard (see train/evaluation.py)
+        test_set,
+        cfg.eval_batch_size,
+        rank=rank,
+        world_size=world_size,
+        num_workers=workers,
+        pin_memory=pin,
+        device=device,
+    )
+    return train, test
+
+
+def folder_statistics(
+    paths: list[Path], in_chans: int, source: str = "sample"
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The mean and std a streamed folder is normalised by (the DataSource's, which export records).
+
+    `sample` (default): the folder's own, estimated from an evenly spread sample of its training images,
+    as the device-resident path uses the set's own: the same folder trains alike whichever path `auto`
+    picks, and a folder unlike ImageNet is still centred. `imagenet`: timm's defaults (DeiT's)."""
+    if source == "imagenet":
+        return (IMAGENET_MEAN, IMAGENET_STD) if in_chans == 3 else ((0.449,), (0.226,))  # timm's grey
+    if source != "sample":
+        raise ValueError(f"folder statistics come from 'sample' or 'imagenet', got {source!r}")
+    return sampled_statistics(paths, in_chans)
+
+
+def streamed_folder(
+    cfg: TrainConfig,
+    files: FolderSplits,
+    in_chans: int,
+    reason: str,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+) -> DataSource:
+    """A class-per-folder dataset streamed from disk, images at their own size until the crop."""
+    labels = torch.tensor(files.train_labels)
+    keep = stratified_subset(labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order).tolist()
+    mean, std = folder_statistics([files.train_paths[i] for i in keep], in_chans)
+    img_size = cfg.img_size or 224
+    recipe = stream_recipe(cfg, img_size, mean, std, in_chans)
+    train_set = StreamingImages(
+        [files.train_paths[i] for i in keep], labels[keep].tolist(), recipe.train_transform(), in_chans
+    )
+    test_set = StreamingImages(files.test_paths, files.test_labels, recipe.eval_transform(), in_chans)
+    loaders = stream_loaders(cfg, train_set, test_set, rank, world_size, device)
+    init_set = StreamingImages(train_set.source, train_set.labels, recipe.eval_transform(), in_chans)
+    return DataSource(
+        "stream",
+        reason,
+        *loaders,
+        recipe.device_augment(True).to(device),
+        recipe.device_augment(False).to(device),
+        classes=files.classes,
+        in_chans=in_chans,
+        img_size=img_size,
+        mean=mean,
+        std=std,
+        train_size=len(keep),
+        init_set=init_set,
+    )

@@ -1,0 +1,300 @@
+"""Where attention lives in a model: each attention layer as an `AttentionSlot` the init schemes write into.
+
+Supported (`SUPPORTED`): convinit SimpleViTs (`simplevit`, `vit_tiny_patch2_32`, any qk_input),
+timm-layout ViTs (timm `VisionTransformer` and `VisionTransformerDistilled`, Eva without RoPE, convinit
+`deit`: fused `blocks[i].attn.qkv`, `pos_embed` or none, prefix tokens first, optional qk_norm) and
+transformers `ViTModel` / `ViTForImageClassification` (`convinit.init.hf_attention_sites`). A slot also knows
+its block (run one at a time by `convinit.init.block_runner`) and how to read the Q/K input its layer
+really sees (`AttentionSlot.qk_input_of`), so that schemes can fit and measure maps on real images
+(`convinit.init.measure`). `PositionTable` is a timm or transformers model's position embedding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from convinit.errors import ConfigError
+from convinit.init.filters import Grid
+from convinit.init.hf_attention_sites import hf_grid, hf_heads, hf_layers, hf_projections, hf_vit_backbone
+from convinit.models.layers import posemb_sincos_2d
+from convinit.models.vit import FreeAttention, SimpleViT
+
+SUPPORTED = (
+    "convinit SimpleViT models (simplevit, vit_tiny_patch2_32; qk_input x, blend or free), timm-layout ViTs "
+    "(timm VisionTransformer and VisionTransformerDistilled: vit_*, deit_*, deit3_*; timm Eva without RoPE; "
+    "convinit deit) and transformers ViTModel / ViTForImageClassification"
+)
+
+
+@dataclass
+class AttentionSlot:
+    """One attention layer: where its Q/K/V/out weights live and which position-only input it sees.
+
+    `q_weight`, `k_weight`, `v_weight` are (H*d, D) views into the layer's parameters and `out_weight`
+    its (D, H*d) output projection; writing into them (under no_grad) initialises the layer. Model III
+    layers have `free` set instead of q/k weights. `inputs` holds the candidate pseudo-inputs X (N, D),
+    on the CPU where the solvers run, and `seen` names the one the layer really sees when alpha = 0
+    (or the closest proxy).
+    """
+
+    layer: int
+    heads: int
+    dim_head: int
+    scale: float
+    grid: Grid
+    v_weight: torch.Tensor
+    out_weight: torch.Tensor
+    q_weight: torch.Tensor | None = None
+    k_weight: torch.Tensor | None = None
+    qk_biases: list[torch.Tensor] = field(default_factory=list)
+    free: FreeAttention | None = None
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    seen: str | None = None
+    seen_note: str = ""
+    default_rms: float = 1.0  # rms of the model's default Q/K init, the unit of the reported weight scale
+    module: nn.Module | None = None  # the attention module, hooked to read its real Q/K input
+    real_input: str = ""  # what the Q/K projection sees on real images, in words
+    content: float = 1.0  # share of image content in the Q/K input (blend: alpha), for fits without images
+    position_share: float = 1.0  # share of position in it (blend: 1 - alpha)
+    block: nn.Module | None = None  # the block holding the layer, run one at a time by `BlockRunner`
+    qk_norms: list[nn.Module] = field(default_factory=list)  # timm's qk_norm: LayerNorms on q and k
+    separate_qk_input: bool = False  # the attention takes its Q/K input apart (SimpleViT's `qk_input`)
+
+    def qk_input_of(self, args: tuple, kwargs: dict) -> torch.Tensor:
+        """The Q/K input of a call of `module`: `qk_input` when given (blend models), else its input."""
+        qk = None
+        if self.separate_qk_input:
+            qk = kwargs.get("qk_input", args[1] if len(args) > 1 else None)
+        if qk is not None:
+            return qk
+        return args[0] if args else next(iter(kwargs.values()))
+
+
+def is_timm_layout(model: nn.Module) -> bool:
+    """A ViT with timm's layout: blocks[i].attn.qkv fused (3*H*d, D), norm1, and a pos_embed attribute
+    (a tensor, or None for a model built with pos_embed='none')."""
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.Sequential | nn.ModuleList) or len(blocks) == 0:
+        return False
+    if not hasattr(model, "pos_embed") or not hasattr(model, "patch_embed"):
+        return False
+    for block in blocks:
+        attn = getattr(block, "attn", None)
+        if not isinstance(getattr(attn, "qkv", None), nn.Linear) or not hasattr(attn, "num_heads"):
+            return False
+        if not hasattr(block, "norm1") or not isinstance(getattr(attn, "proj", None), nn.Linear):
+            return False
+    return True
+
+
+@dataclass
+class PositionTable:
+    """A timm or transformers ViT's position embedding: `weight` (1, prefix rows + N, D), patch rows last."""
+
+    weight: torch.Tensor
+    grid: Grid
+
+    @property
+    def patch_rows(self) -> torch.Tensor:
+        """(N, D), detached."""
+        return self.weight.detach()[0, -self.grid[0] * self.grid[1] :]
+
+    @property
+    def learned(self) -> bool:
+        return bool(self.weight.requires_grad)
+
+
+def position_table(model: nn.Module) -> PositionTable | None:
+    """The position embedding of a timm-layout or transformers ViT, or None (none, or another model)."""
+    if is_timm_layout(model):
+        weight, grid = model.pos_embed, timm_grid(model)
+    elif (backbone := hf_vit_backbone(model)) is not None:
+        weight, grid = backbone.embeddings.position_embeddings, hf_grid(backbone)
+    else:
+        return None
+    if not isinstance(weight, torch.Tensor):
+        return None
+    if weight.shape[1] < grid[0] * grid[1]:
+        raise ConfigError(
+            f"the position embedding has {weight.shape[1]} rows but the grid has {grid} patches"
+        )
+    return PositionTable(weight, grid)
+
+
+def sincos_into_pos_embed(model: nn.Module) -> None:
+    """Write the fixed 2-D sin-cos P into the patch rows of a timm or transformers ViT's position
+    embedding (prefix rows kept)."""
+    table = position_table(model)
+    if table is None:
+        raise ConfigError("sin-cos position embedding applies to timm and transformers ViTs with a pos_embed")
+    patches = table.grid[0] * table.grid[1]
+    with torch.no_grad():
+        table.weight[0, -patches:] = posemb_sincos_2d(*table.grid, table.weight.shape[-1]).to(table.weight)
+
+
+def timm_grid(model: nn.Module) -> Grid:
+    grid = getattr(model, "grid", None) or getattr(getattr(model, "patch_embed", None), "grid_size", None)
+    if grid is None:
+        raise ConfigError(
+            "this timm-layout model exposes no patch grid (model.grid or patch_embed.grid_size)"
+        )
+    return int(grid[0]), int(grid[1])
+
+
+def simplevit_slots(model: SimpleViT) -> list[AttentionSlot]:
+    pos = model.pos_embedding  # (N, D)
+    slots = []
+    for index, (block, attn) in enumerate(zip(model.blocks, model.attention_layers(), strict=True)):
+        inner = attn.heads * attn.dim_head
+        slot = AttentionSlot(
+            layer=index,
+            heads=attn.heads,
+            dim_head=attn.dim_head,
+            scale=attn.scale,
+            grid=model.grid,
+            v_weight=attn.to_v.weight,
+            out_weight=attn.to_out.weight,
+            default_rms=(3 * attn.to_v.in_features) ** -0.5,  # nn.Linear's U(+-1/sqrt(D))
+            module=attn,
+            block=block,
+            separate_qk_input=True,
+        )
+        if isinstance(attn, FreeAttention):
+            slot.free = attn
+            slot.default_rms = 3**-0.5  # FreeAttention's normal init
+            slot.real_input = "none: free maps, the same for every image"
+        else:
+            slot.q_weight, slot.k_weight = attn.to_qk.weight[:inner], attn.to_qk.weight[inner:]
+            with torch.no_grad():
+                slot.inputs = {"P": pos.float().cpu(), "LN(P)": block.norm(pos).float().cpu()}
+            if model.qk_input == "blend":
+                slot.seen, slot.seen_note = "P", f"P: exact at alpha = 0 (this model: alpha = {model.alpha})"
+                slot.real_input = f"{model.alpha:g} * LN(x) + {1 - model.alpha:g} * P"
+                slot.content, slot.position_share = model.alpha, 1.0 - model.alpha
+            elif model.pos_embed == "input":
+                slot.seen, slot.seen_note = "LN(P)", "LN(P): a proxy, the layer sees LN(patches + P)"
+                slot.real_input = "LN(x + P)"
+        slots.append(slot)
+    return slots
+
+
+def projection_slot(index: int, norm: nn.Module, table: PositionTable | None, **fields) -> AttentionSlot:
+    """A pre-norm layer with Q/K projections (timm, transformers): its Q/K input is norm(x + pos), so the
+    proxy pseudo-input is LN(P) = norm(patch rows of the position embedding)."""
+    slot = AttentionSlot(layer=index, default_rms=0.02, **fields)  # timm's and transformers' 0.02 init
+    if table is not None:
+        pos = table.patch_rows
+        with torch.no_grad():
+            slot.inputs = {"P": pos.float().cpu(), "LN(P)": norm(pos).float().cpu()}
+        slot.seen = "LN(P)"
+        slot.seen_note = "LN(P) = norm1(patch rows of pos_embed): a proxy, the layer sees norm1(x + pos)"
+    return slot
+
+
+def timm_slots(model: nn.Module) -> list[AttentionSlot]:
+    grid = timm_grid(model)
+    table = position_table(model)
+    slots = []
+    for index, block in enumerate(model.blocks):
+        attn = block.attn
+        heads = int(attn.num_heads)
+        inner = attn.qkv.out_features // 3
+        bias = attn.qkv.bias
+        # timm's Eva keeps its q/k biases apart from the fused qkv (q_bias, k_bias), zero at init
+        separate = [
+            b for b in (getattr(attn, "q_bias", None), getattr(attn, "k_bias", None)) if b is not None
+        ]
+        slot = projection_slot(
+            index,
+            block.norm1,
+            table,
+            heads=heads,
+            dim_head=inner // heads,
+            scale=float(getattr(attn, "scale", (inner // heads) ** -0.5)),
+            grid=grid,
+            q_weight=attn.qkv.weight[:inner],
+            k_weight=attn.qkv.weight[inner : 2 * inner],
+            v_weight=attn.qkv.weight[2 * inner :],
+            out_weight=attn.proj.weight,
+            qk_biases=([] if bias is None else [bias[: 2 * inner]]) + separate,
+            module=attn,
+            block=block,
+            real_input="norm1(x + pos_embed)" if table is not None else "norm1(x)",
+        )
+        slot.qk_norms = [n for n in (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None))
+                         if n is not None and not isinstance(n, nn.Identity)]  # fmt: skip
+        slots.append(slot)
+    return slots
+
+
+def hf_slots(backbone: nn.Module) -> list[AttentionSlot]:
+    grid = hf_grid(backbone)
+    table = position_table(backbone)
+    heads, dim_head = hf_heads(backbone)
+    slots = []
+    for index, layer in enumerate(hf_layers(backbone)):
+        parts = hf_projections(layer)
+        module = parts["module"]
+        slots.append(
+            projection_slot(
+                index,
+                layer.layernorm_before,
+                table,
+                heads=heads,
+                dim_head=dim_head,
+                scale=float(getattr(module, "scaling", dim_head**-0.5)),
+                grid=grid,
+                q_weight=parts["q"].weight,
+                k_weight=parts["k"].weight,
+                v_weight=parts["v"].weight,
+                out_weight=parts["out"].weight,
+                qk_biases=[p.bias for p in (parts["q"], parts["k"]) if p.bias is not None],
+                module=module,
+                block=layer,
+                real_input="layernorm_before(x + position_embeddings)",
+            )
+        )
+    return slots
+
+
+def attention_slots(model: nn.Module, scheme: str) -> list[AttentionSlot]:
+    """The model's attention layers as `AttentionSlot`s, or a ConfigError naming the supported models."""
+    if isinstance(model, SimpleViT):
+        return simplevit_slots(model)
+    if (backbone := hf_vit_backbone(model)) is not None:
+        return hf_slots(backbone)
+    if is_timm_layout(model):
+        if scheme in ("impulse", "measure") and getattr(model, "rope", None) is not None:
+            # e.g. timm's EVA-02: q and k are rotated by position inside attention, so the logits are
+            # not (X W_q)(X W_k)^T and a fit of W_q, W_k would not give the maps it reports
+            raise ConfigError(
+                f"impulse init does not support {type(model).__name__} with rotary position embeddings "
+                f"(RoPE rotates q and k inside attention, outside the fit); it supports {SUPPORTED} "
+                f"(mimetic init works on this model)"
+            )
+        return timm_slots(model)
+    raise ConfigError(f"{scheme} init does not support {type(model).__name__}; it supports {SUPPORTED}")
+
+
+def write_qk(slot: AttentionSlot, wq: torch.Tensor, wk: torch.Tensor) -> None:
+    """Copy per-head Wq, Wk (H, D, d) into the layer (rows h*d:(h+1)*d of the q and k projections)."""
+    d = slot.dim_head
+    with torch.no_grad():
+        for head in range(slot.heads):
+            slot.q_weight[head * d : (head + 1) * d] = wq[head].T.to(slot.q_weight)
+            slot.k_weight[head * d : (head + 1) * d] = wk[head].T.to(slot.k_weight)
+        for bias in slot.qk_biases:
+            bias.zero_()
+
+
+def rms(t: torch.Tensor) -> float:
+    return float(t.detach().double().pow(2).mean().sqrt())
+
+
+def qk_parameters(slot: AttentionSlot) -> list[torch.Tensor]:
+    if slot.free is not None:
+        return [slot.free.q_factors, slot.free.k_factors]
+    return [slot.q_weight, slot.k_weight]

@@ -1,0 +1,1 @@
+"""Finding things by name: the one registration rule, did-you-mean hints, lazy package exports."""

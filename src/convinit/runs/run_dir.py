@@ -1,0 +1,85 @@
+"""What a run directory may hold before `train` writes into it, and the files it leaves there.
+
+`--out DIR` starts a new run: refused on a finished run or an unfinished one (continue it with
+`--resume`), unless `--overwrite` asks for a clean start, which removes the previous run's files and
+its checkpoints (only convinit's own: see `convinit.runs.checkpoint`). A path that cannot be a run
+directory (empty, a file, too long) is refused before anything is created.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from convinit.errors import ConfigError
+from convinit.runs.checkpoint import list_checkpoints, prune, verify_checkpoint
+
+RUN_FILES = (
+    "metrics.jsonl",
+    "metrics.csv",
+    "track.jsonl",
+    "provenance.json",
+    "finished.json",
+    "init_report.json",
+    "failed.json",
+    "threads.json",
+    "preprocessing.json",
+)
+
+
+def check_run_dir_path(run_dir: Path) -> None:
+    """ConfigError for a path that cannot be a run directory, before anything is created."""
+    too_long = [part for part in run_dir.parts if len(part.encode()) > 255]
+    if too_long:
+        raise ConfigError(
+            f"--out {run_dir}: the name {too_long[0][:40]}... is over 255 bytes; use a shorter one"
+        )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--out {run_dir} is a file, not a folder; name a folder for the run")
+
+
+def holds_unfinished_run(run_dir: Path) -> bool:
+    return (
+        (run_dir / "config.yaml").exists()
+        or (run_dir / "metrics.jsonl").exists()
+        or bool(list_checkpoints(run_dir))
+    )
+
+
+def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
+    """Make `run_dir` ready for a new run; refuse to mix it with a previous one."""
+    if not overwrite and (run_dir / "finished.json").exists():
+        raise ConfigError(f"{run_dir} already holds a finished run; choose another --out or pass --overwrite")
+    if not overwrite and holds_unfinished_run(run_dir):
+        raise ConfigError(
+            f"{run_dir} holds an unfinished run; continue it with `convinit train --resume {run_dir}` "
+            "or pass --overwrite to start over"
+        )
+    if overwrite:
+        for name in RUN_FILES:
+            (run_dir / name).unlink(missing_ok=True)
+        prune(run_dir, keep=0)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create run directory {run_dir} ({exc.strerror}); choose another --out"
+        ) from exc
+    if not os.access(run_dir, os.W_OK):
+        raise ConfigError(f"run directory {run_dir} is not writable; choose another --out")
+
+
+def refuse_if_all_damaged(run_dir: Path) -> None:
+    """On --resume with no intact checkpoint: starting over is right only if none was ever written.
+
+    Any folder named like a checkpoint counts, with its manifest or without: a write never publishes a
+    folder under its final name before its manifest is complete, so one without is a damaged checkpoint
+    (files deleted by hand, a partial copy), and starting over would silently discard its epochs.
+    """
+    damaged = [f"{p.name}: {verify_checkpoint(p) or 'unreadable'}" for p in list_checkpoints(run_dir)]
+    if damaged:
+        shown = "; ".join(damaged[:3]) + (f"; and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+        raise ConfigError(
+            f"every checkpoint of {run_dir} is damaged ({shown}); restore one from a copy, or start "
+            f"over with `convinit train --out {run_dir} --overwrite`"
+        )

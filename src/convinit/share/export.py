@@ -1,0 +1,100 @@
+"""A trained run as a shareable model: its newest checkpoint, the data's classes and normalisation, and a
+model card generated from the run (see `convinit.share.model_card`); optionally pushed to the Hub."""
+
+from __future__ import annotations
+
+import math
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import torch.nn as nn
+
+from convinit.config import load_config
+from convinit.errors import ConfigError
+from convinit.models.pretrained import FOLDER_FILES, is_repo_id
+from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
+from convinit.runs.ownership import reading_checkpoints
+from convinit.runs.preprocessing_record import run_data_record
+from convinit.share.folder_publish import writable_folder
+from convinit.share.model_card import run_model_card
+from convinit.train.validation import build_model
+
+CONNECT_TIMEOUT = 10  # seconds to reach the Hub before a push is given up
+EXPORTED = ("classes", "mean", "std", "img_size", "preprocess")  # from the run's record into config.json
+
+
+def export_run(
+    run_dir: str | Path, out: str | Path | None = None, push_to_hub: str | None = None
+) -> nn.Module:
+    """A run's newest checkpoint as a model carrying `pretrained_config` and `model_card`.
+
+    Saved to the folder `out` (written atomically) if given, and pushed to the Hub repository
+    `push_to_hub` (`user/name`, with the token of `hf auth login`) if given.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(
+            f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
+        )
+    if out is not None:
+        writable_folder(Path(out), FOLDER_FILES)  # before the data is read: a bad destination fails now
+    if push_to_hub is not None and not is_repo_id(push_to_hub):
+        raise ConfigError(f"--push-to-hub wants a Hub name user/name, got {push_to_hub!r}")
+    cfg = load_config(run_dir / "config.yaml")
+    record = run_data_record(run_dir, cfg)  # what the run trained with, never recomputed
+    img_size = tuple(record["img_size"]) if isinstance(record["img_size"], list) else record["img_size"]
+    model = build_model(cfg, len(record["classes"]), record["in_chans"], img_size)
+    with reading_checkpoints(run_dir):  # a training run cannot prune it while it is read
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
+        load_weights(model, checkpoint)
+        epoch = int(math.floor(load_train_state(checkpoint)["epoch"]))
+    metadata = {"dataset": cfg.dataset, **{k: record[k] for k in EXPORTED}}
+    model.pretrained_config = {"model": cfg.model, **metadata}
+    model.model_card = run_model_card(run_dir, cfg, record, epoch)
+    if out is not None:
+        model.save_pretrained(out)
+    if push_to_hub is not None:
+        push(model, push_to_hub, Path(out) if out is not None else None)
+    return model.eval()
+
+
+def push(model: nn.Module, repo_id: str, saved: Path | None) -> None:
+    """Upload the model folder (weights, config, card) to the Hub. Without a network this fails in one
+    line within `CONNECT_TIMEOUT` seconds (at once under HF_HUB_OFFLINE), naming the local export kept."""
+    import httpx  # huggingface_hub's HTTP client
+    from huggingface_hub import constants
+    from huggingface_hub.errors import HfHubHTTPError
+
+    kept = (
+        f"the export in {saved} is kept: push it later with `hf upload {repo_id} {saved}`"
+        if saved
+        else ("export to a folder first, then push it with `hf upload`")
+    )
+    if constants.HF_HUB_OFFLINE:
+        raise ConfigError(f"not pushed to {repo_id}: HF_HUB_OFFLINE is set, the Hub is not contacted; {kept}")
+    reach(constants.ENDPOINT, repo_id, kept)
+    try:
+        model.push_to_hub(repo_id)
+    except (HfHubHTTPError, httpx.TransportError, OSError, ValueError) as exc:
+        detail = " ".join(str(exc).split())[:300]
+        login = "" if isinstance(exc, httpx.TransportError) else "; log in with `hf auth login`"
+        raise ConfigError(
+            f"could not push to {repo_id} ({type(exc).__name__}: {detail}){login}; {kept}"
+        ) from exc
+
+
+def reach(endpoint: str, repo_id: str, kept: str) -> None:
+    """One TCP connection to the Hub's host within `CONNECT_TIMEOUT` seconds, or a one-line ConfigError
+    (huggingface_hub retries a refused upload for minutes before it gives up)."""
+    url = urlsplit(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"not pushed to {repo_id}: cannot reach {endpoint} ({exc.strerror or exc or 'timed out'}); "
+            f"check the network; {kept}"
+        ) from exc

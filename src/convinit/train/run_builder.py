@@ -1,0 +1,209 @@
+"""Everything a run is made of, built in one place from its config: data source, model, optimiser,
+schedule, loss scaler, EMA, metrics log and trackers, restored from a checkpoint when resuming."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+from convinit.analysis.augmentation_preview import save_augmentation_preview
+from convinit.config import TrainConfig, save_config
+from convinit.data import MixupCutmix
+from convinit.data.source import DataSource, build_data
+from convinit.errors import ConfigError
+from convinit.runs.atomic import atomic_write_text
+from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
+from convinit.runs.loggers import Trackers
+from convinit.runs.metrics import MetricsLog
+from convinit.runs.preprocessing_record import read_data_record, write_data_record
+from convinit.runs.provenance import provenance
+from convinit.runs.run_dir import prepare_run_dir, refuse_if_all_damaged
+from convinit.runs.track_log import TrackLog
+from convinit.train.device import autocast_dtype, configure_cuda_math, memory_format
+from convinit.train.distributed import DistributedContext, barrier
+from convinit.train.optim import build_optimizer, build_scheduler
+from convinit.train.rng import seed_everything
+from convinit.train.run_state import TrainState
+from convinit.train.step import DeviceEMA, StepParts, StepTotals
+from convinit.train.teacher import load_teacher
+from convinit.train.threads import ThreadChoice, record_threads, set_run_threads
+from convinit.train.validation import build_model, check_forward, initialize_model
+
+TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
+
+
+@dataclass
+class Run:
+    """A run ready to train: what the epoch loop reads and moves."""
+
+    cfg: TrainConfig
+    run_dir: Path
+    device: torch.device
+    ddp: DistributedContext
+    data: DataSource
+    model: nn.Module
+    parts: StepParts
+    state: TrainState
+    log: MetricsLog
+    trackers: Trackers
+    track_images: torch.Tensor
+    checkpoint: Path | None  # the checkpoint resumed from, if any
+    threads: ThreadChoice | None = None  # torch's thread count in this process, and why
+
+    @cached_property
+    def steps_per_epoch(self) -> int:
+        """The same for every epoch; measured once, since a loader's length computes its epoch order
+        (with repeated augmentation, or streamed, that is a pass over the whole training set)."""
+        return len(self.data.train)
+
+
+def prepare_model(cfg: TrainConfig, data: DataSource, run_dir: Path, fresh: bool, is_main: bool) -> nn.Module:
+    """Build the model; a fresh run initialises it and writes `init_report.json`."""
+    model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
+    if fresh:  # a new run, or one killed before its first intact checkpoint: start over
+        report = initialize_model(cfg, model, data.init_batch())
+        model.init_report = report
+        if is_main:
+            atomic_write_text(run_dir / "init_report.json", json.dumps(report, indent=1, default=str))
+    elif (run_dir / "init_report.json").is_file():  # trackers compare with the init's targets
+        model.init_report = json.loads((run_dir / "init_report.json").read_text())
+    return model
+
+
+def compile_mode(cfg: TrainConfig, device: torch.device, distributed: bool = False) -> str:
+    """`compile_mode=auto`: on one GPU, `reduce-overhead`: CUDA graphs replay the forward and backward
+    (the step reads nothing back, so nothing stops a replay) without max-autotune's minutes of kernel
+    search on the first step. Under DDP and on other devices torch's default: DDP splits the compiled
+    graph at its gradient buckets and all-reduces between the pieces, a combination with CUDA graphs
+    this project has not measured."""
+    if cfg.compile_mode != "auto":
+        return cfg.compile_mode
+    return "reduce-overhead" if device.type == "cuda" and not distributed else "default"
+
+
+def step_parts(
+    cfg: TrainConfig, data: DataSource, model: nn.Module, ddp: DistributedContext, device
+) -> StepParts:
+    """The training step's pieces: optimiser, schedule, scaler, loss, mixing, teacher, EMA, wrappers."""
+    optimizer = build_optimizer(model, cfg)
+    net = DistributedDataParallel(model) if ddp.enabled else model  # DDP syncs weights from rank 0
+    if cfg.compile:  # after DDP, so torch's DDPOptimizer splits graphs at gradient buckets; `model`
+        net = torch.compile(
+            net, mode=compile_mode(cfg, device, ddp.enabled)
+        )  # stays uncompiled for checkpoints, EMA, eval
+    return StepParts(
+        net=net,
+        model=model,
+        optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, cfg, len(data.train)),
+        # fp16 needs loss scaling: small gradients would underflow to 0 (disabled, every call is a no-op)
+        scaler=torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16"),
+        criterion=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
+        mix=MixupCutmix(data.num_classes, cfg.mixup, cfg.cutmix),
+        augment=data.augment,
+        teacher=load_teacher(cfg, data.num_classes, device),
+        ema=DeviceEMA(model, cfg.ema_decay) if cfg.ema_decay else None,
+        layout=memory_format(cfg),
+        dtype=autocast_dtype(cfg, device),
+        distill_weight=cfg.distill_weight,
+        clip_grad=cfg.clip_grad,
+        check_loss=not ddp.enabled,  # under DDP the loss is per rank; the all-reduced gradient norm is shared
+    )
+
+
+def build_run(
+    cfg: TrainConfig,
+    run_dir: Path,
+    resume: bool,
+    overwrite: bool,
+    ddp: DistributedContext,
+    device: torch.device,
+) -> Run:
+    """Every part of the run, restored from its newest intact checkpoint when resuming."""
+    if not resume and ddp.is_main:
+        prepare_run_dir(run_dir, overwrite)
+        save_config(cfg, run_dir / "config.yaml")
+        atomic_write_text(run_dir / "provenance.json", json.dumps(provenance(), indent=1))
+    barrier(ddp)
+    seed_everything(cfg.seed, cfg.deterministic, ddp.rank)
+    configure_cuda_math(cfg, device)
+    threads = set_run_threads(cfg.threads, run_dir, resume)
+    data = build_data(cfg, device, ddp.rank, ddp.world_size)
+    workers = getattr(data.train, "num_workers", 0)  # streamed: decoding processes share the cores
+    if workers:
+        threads = set_run_threads(cfg.threads, run_dir, resume, workers)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if resume and checkpoint is None:
+        refuse_if_all_damaged(run_dir)
+    if ddp.is_main and (checkpoint is None or read_data_record(run_dir) is None):
+        write_data_record(run_dir, data, cfg)  # what export and predict use: the run's own input
+    model = prepare_model(cfg, data, run_dir, checkpoint is None, ddp.is_main).to(device)
+    if cfg.channels_last:  # the input batches' layout; the model's 4-D (conv) weights follow it
+        model.to(memory_format=memory_format(cfg))
+    parts = step_parts(cfg, data, model, ddp, device)
+    track_images = data.test_batch(TRACK_BATCH, device)
+    check_forward(cfg, model, track_images[:2], data.num_classes)
+    state = TrainState(parts.optimizer, parts.scheduler, parts.scaler, StepTotals(device))
+    run = Run(
+        cfg,
+        run_dir,
+        device,
+        ddp,
+        data,
+        model,
+        parts,
+        state,
+        MetricsLog(run_dir),
+        Trackers(cfg.logger if ddp.is_main else [], run_dir, cfg.to_dict()),
+        track_images,
+        checkpoint,
+        threads,
+    )
+    if checkpoint is not None:
+        restore(run, checkpoint)
+    elif ddp.is_main:
+        record_threads(run_dir, threads)  # a resume reads it back (see convinit.train.threads)
+        run.log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
+        TrackLog(run_dir).truncate_after(-1)
+        run.trackers.log_init(model.init_report)
+        grid = save_augmentation_preview(data, cfg.seed, run_dir / "augmentations.png")
+        run.trackers.log_image("augmentations", grid, 0)
+        run.trackers.log_attention("attention/init", model, track_images, 0)
+    return run
+
+
+@contextmanager
+def explain_malformed_state(checkpoint: Path) -> Iterator[None]:
+    """A train_state.pt that loads safely but lacks what a resume needs ends in one line."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise ConfigError(
+            f"{checkpoint / 'train_state.pt'} cannot be resumed from ({type(exc).__name__}: {detail}); it "
+            f"was not written by this convinit: delete {checkpoint} to resume from the previous checkpoint"
+        ) from exc
+
+
+def restore(run: Run, checkpoint: Path) -> None:
+    """Weights, EMA and train state from `checkpoint`; the metrics log back to its epoch."""
+    load_weights(run.model, checkpoint)
+    if run.parts.ema is not None:
+        load_weights(run.parts.ema, checkpoint, ema=True)
+    state: dict[str, Any] = load_train_state(checkpoint)
+    with explain_malformed_state(checkpoint):
+        run.state.load_state_dict(state)
+    if run.ddp.is_main:
+        run.log.truncate_after(run.state.epoch)
+        TrackLog(run.run_dir).truncate_after(run.state.epoch * run.steps_per_epoch + run.state.step)
