@@ -84,12 +84,12 @@ def call_site() -> str:
 
 
 def shorten(filename: str) -> str:
+    """The path from the innermost known folder on: `convinit/train/step.py`, `tests/gpu_path/x.py`
+    (the innermost, so that a checkout folder itself named `convinit` does not prefix a test's path)."""
     parts = Path(filename).parts
-    for anchor in ("convinit", "tests", "benchmarks", "timm", "torchvision", "kornia"):
-        if anchor in parts:
-            index = len(parts) - 1 - parts[::-1].index(anchor)
-            return "/".join(parts[index:])
-    return filename
+    anchors = ("convinit", "tests", "benchmarks", "timm", "torchvision", "kornia")
+    found = [i for i, part in enumerate(parts) if part in anchors]
+    return "/".join(parts[found[-1] :]) if found else filename
 
 
 def tensors_in(args, kwargs) -> list[torch.Tensor]:
