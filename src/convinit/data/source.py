@@ -22,8 +22,8 @@ from PIL import Image
 from convinit.config import TrainConfig
 from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
 from convinit.data.datasets import dataset_options
+from convinit.data.image_files import GRAYSCALE_MODES, UNREADABLE, unreadable_image
 from convinit.data.readers.folder import FolderSplits, folder_splits
-from convinit.data.readers.image_files import GRAYSCALE_MODES, UNREADABLE, unreadable_image
 from convinit.data.streamed_loader import (
     StreamingImages,
     StreamLoader,

@@ -41,7 +41,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from convinit.data.epoch_order import epoch_indices
-from convinit.data.readers.image_files import UNREADABLE, unreadable_image
+from convinit.data.image_files import UNREADABLE, unreadable_image
 from convinit.errors import DataError
 from convinit.runs.parent_death import die_with_worker_parent
 
