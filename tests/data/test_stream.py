@@ -16,7 +16,6 @@ from convinit.data.streamed_loader import (
     StreamLoader,
     StreamRecipe,
     choose_data_mode,
-    epoch_order,
     sample_seed,
     sample_seeds,
     seed_sample,
@@ -113,19 +112,6 @@ def test_evaluation_resizes_the_short_side_by_crop_pct_then_centre_crops(imagene
         torch.testing.assert_close(finish(ours[None])[0], expected)
 
 
-def test_without_repeats_an_epoch_is_a_seeded_permutation_cut_and_dealt_to_ranks():
-    n, world = 23, 2
-    permutation = torch.randperm(n, generator=torch.Generator().manual_seed(5 * 100_003 + 3))
-    cut = permutation[: n - n % world]
-    for rank in range(world):
-        ours = [index for index, _ in epoch_order(n, 5, 3, True, rank, world, repeats=1, drop_last=True)]
-        assert ours == cut[rank::world].tolist()
-        device = DeviceLoader(torch.arange(n)[:, None], torch.arange(n), 4, shuffle=True, drop_last=True,
-                              seed=5, rank=rank, world_size=world)  # fmt: skip
-        device.set_epoch(3)
-        assert device.order().tolist() == ours  # both data modes see the same samples
-
-
 def test_device_loader_repeats_and_resumes_as_the_streamed_one():
     labels = torch.arange(40)
     loader = DeviceLoader(labels[:, None], labels, 6, shuffle=True, drop_last=True, seed=1, repeats=3)
@@ -134,17 +120,6 @@ def test_device_loader_repeats_and_resumes_as_the_streamed_one():
     assert len(whole) == 40 // 6 and whole[0][:3] == [whole[0][0]] * 3  # each image three times in a row
     loader.start_batch = 2
     assert [batch_labels.tolist() for _, batch_labels in loader] == whole[2:]
-
-
-def test_repeated_augmentation_puts_each_images_copies_on_different_ranks_and_keeps_epoch_length():
-    n, ranks = 30, 3
-    orders = [epoch_order(n, 0, 1, True, rank, ranks, repeats=3, drop_last=True) for rank in range(ranks)]
-    assert all(len(order) == n // ranks for order in orders)  # the epoch is no longer than without repeats
-    for step in range(n // ranks):
-        images = {orders[rank][step][0] for rank in range(ranks)}
-        assert len(images) == 1  # the three copies of one image, one per rank, at the same step
-    positions = [pos for order in orders for _, pos in order]
-    assert len(set(positions)) == len(positions)  # so every copy gets its own augmentation seed
 
 
 def test_resumed_epoch_sees_the_same_batches_whatever_the_worker_count(imagenet_style):

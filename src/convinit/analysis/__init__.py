@@ -2,7 +2,8 @@
 
 Trackers are functions `tracker(model, images) -> dict[str, float]` that the trainer calls at the end
 of each epoch on a fixed evaluation batch when the run's config lists them in `track`; their values
-go into the run's metrics. Modules in this package register them with `register_tracker`.
+go into the run's metrics. Each is one module of `convinit.analysis.trackers` that registers it with
+`register_tracker`; the registry imports them all the first time it is asked for a name.
 """
 
 from __future__ import annotations
@@ -12,28 +13,27 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from convinit.errors import ConfigError
+from convinit.naming.registry import Registry
 
 Tracker = Callable[[nn.Module, torch.Tensor], dict[str, float]]
-_TRACKERS: dict[str, Tracker] = {}
+
+
+def unknown_tracker(typed: str, names: list[str]) -> str:
+    """The refusal of a tracker name: every tracker, since there are few."""
+    return f"unknown tracker {typed!r}; choose from: {', '.join(names) or 'none'}"
+
+
+TRACKERS: Registry[Tracker] = Registry("tracker", "convinit.analysis.trackers", unknown=unknown_tracker)
 
 
 def register_tracker(name: str) -> Callable[[Tracker], Tracker]:
-    def decorate(fn: Tracker) -> Tracker:
-        _TRACKERS[name] = fn
-        return fn
-
-    return decorate
+    """Decorator: register `fn(model, images) -> {metric: value}` as tracker `name`."""
+    return TRACKERS.register(name)
 
 
 def list_trackers() -> list[str]:
-    return sorted(_TRACKERS)
+    return TRACKERS.names()
 
 
 def get_tracker(name: str) -> Tracker:
-    if name not in _TRACKERS:
-        raise ConfigError(f"unknown tracker {name!r}; choose from: {', '.join(list_trackers()) or 'none'}")
-    return _TRACKERS[name]
-
-
-from convinit.analysis import gates, init_quality, locality  # noqa: E402,F401  (register the trackers)
+    return TRACKERS.get(name)

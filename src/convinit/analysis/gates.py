@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from convinit.analysis import register_tracker
 from convinit.analysis.locality import attention_layers
 
 
@@ -19,14 +18,4 @@ def gate_values(model: nn.Module) -> dict[int, torch.Tensor]:
         index: torch.sigmoid(layer.gating_param.detach().float()).cpu()
         for index, (_, layer) in enumerate(attention_layers(model))
         if hasattr(layer, "gating_param")
-    }
-
-
-@register_tracker("gates")
-def gates_tracker(model: nn.Module, images: torch.Tensor) -> dict[str, float]:
-    """Per-epoch tracker: `gate/L{l}/H{h}` for each GPSA layer; the images are not needed."""
-    return {
-        f"gate/L{index}/H{head}": value
-        for index, gates in gate_values(model).items()
-        for head, value in enumerate(gates.tolist())
     }

@@ -20,8 +20,6 @@ from convinit.errors import ConfigError
 from convinit.init.filters import impulse_conv_matrix
 from convinit.models.layers import record_attention
 
-INIT_BATCH = 64  # real training images an init scheme fits on and is measured on
-
 
 def query_index(query: int | Sequence[int] | None, grid: tuple[int, int]) -> int:
     """A flat patch index from (row, col), a flat index, or None (the centre patch)."""

@@ -27,7 +27,6 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from convinit.analysis import register_tracker
 from convinit.analysis.locality import attention_layers, model_grid
 from convinit.errors import ConfigError
 from convinit.init.filters import kernel_offsets
@@ -35,7 +34,6 @@ from convinit.init.targets import Targets, target_mass
 from convinit.models.layers import record_attention
 
 BEST_OFFSET_KERNEL = 5  # candidate offsets for the best-offset mass: paper 1's 5 x 5 kernel
-TRACK_IMAGES = 64  # the first 64 of the run's fixed test batch: the init report's batch size, 1/4 the cost
 
 
 def report_offsets(report: dict[str, Any] | None) -> list[list[tuple[int, int]]] | None:
@@ -142,9 +140,3 @@ def init_quality(
     for key, values in per_head.items():
         out[f"init_quality/{key}"] = sum(values) / len(values)
     return out
-
-
-@register_tracker("init_quality")
-def init_quality_tracker(model: nn.Module, images: torch.Tensor) -> dict[str, float]:
-    """Tracker: `init_quality` on the first 64 images, against the run's impulse targets if it has them."""
-    return init_quality(model, images[:TRACK_IMAGES])

@@ -27,7 +27,6 @@ import math
 import torch
 import torch.nn as nn
 
-from convinit.analysis import register_tracker
 from convinit.errors import ConfigError
 from convinit.models.layers import record_attention
 
@@ -124,9 +123,3 @@ def nonlocality(
         for head, value in enumerate(per_head.tolist()):
             out[f"nonlocality/L{index}/H{head}"] = value
     return out
-
-
-@register_tracker("nonlocality")
-def nonlocality_tracker(model: nn.Module, images: torch.Tensor) -> dict[str, float]:
-    """Per-epoch tracker: `nonlocality(model, images)` (keys nonlocality/L{l} and nonlocality/L{l}/H{h})."""
-    return nonlocality(model, images)

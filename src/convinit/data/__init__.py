@@ -1,7 +1,7 @@
 """Datasets (one reader per on-disk format), subsets, the device-resident loader and augmentation.
 
 Names are imported on first use: listing datasets (`convinit datasets`) needs no torch, and the
-registry imports the reader modules (cifar, digits, folder, hf, idx, svhn, tiny_imagenet) when first asked.
+registry imports every reader module of `data/readers/` when first asked for a name.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """The dataset registry and the in-memory dataset every reader returns.
 
-Each reader module (one per on-disk format) registers its datasets with `register_dataset`. A reader
-returns whole splits as uint8 tensors (N, C, H, W): small-data training keeps the full dataset on the
-training device, so there is no per-image Python work during training.
+Each reader module (one per on-disk format, in `convinit.data.readers`) registers its datasets with
+`register_dataset`; the registry imports every module of that package the first time it is asked for a
+name, so adding a dataset is adding one reader file. A reader returns whole splits as uint8 tensors
+(N, C, H, W): small-data training keeps the full dataset on the training device, so there is no
+per-image Python work during training.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from convinit.errors import ConfigError, DataError
 from convinit.naming.did_you_mean import suggestion
+from convinit.naming.registry import Registry
 
 if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
     import torch
@@ -107,32 +109,25 @@ class DatasetInfo:
         return self.missing_in(root)
 
 
-_DATASETS: dict[str, DatasetInfo] = {}
-# the reader modules that register the shipped datasets, imported on first use of the registry
-READERS = ("cifar", "digits", "folder", "hf", "idx", "svhn", "tiny_imagenet")
+def unknown_dataset(typed: str, names: list[str]) -> str:
+    """The refusal of a dataset name: the closest names, then every name (there are few)."""
+    return f"unknown dataset {typed!r}{suggestion(typed, names)} (choose one of: {', '.join(names)})"
 
 
-def load_readers() -> None:
-    for module in READERS:
-        importlib.import_module(f"convinit.data.readers.{module}")
+# the readers register here; listing needs no torch, so no reader imports torch at module level
+DATASETS: Registry[DatasetInfo] = Registry("dataset", "convinit.data.readers", unknown=unknown_dataset)
 
 
 def register_dataset(info: DatasetInfo) -> DatasetInfo:
-    _DATASETS[info.name] = info
-    return info
+    return DATASETS.add(info.name, info)
 
 
 def list_datasets() -> list[str]:
-    load_readers()
-    return sorted(_DATASETS)
+    return DATASETS.names()
 
 
 def dataset_info(name: str) -> DatasetInfo:
-    load_readers()
-    if name not in _DATASETS:
-        hint = suggestion(name, list_datasets())
-        raise ConfigError(f"unknown dataset {name!r}{hint} (choose one of: {', '.join(list_datasets())})")
-    return _DATASETS[name]
+    return DATASETS.get(name)
 
 
 def data_home() -> Path:
@@ -144,9 +139,9 @@ def data_home() -> Path:
 
 def dataset_options(cfg: Any) -> dict[str, Any]:
     """The config keys the configured dataset's reader takes, with their values (`cfg`: a TrainConfig)."""
-    load_readers()
-    info = _DATASETS.get(cfg.dataset)
-    return {key: getattr(cfg, key) for key in info.options} if info is not None else {}
+    if cfg.dataset not in DATASETS:
+        return {}
+    return {key: getattr(cfg, key) for key in DATASETS.get(cfg.dataset).options}
 
 
 def check_available(

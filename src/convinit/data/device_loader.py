@@ -10,8 +10,8 @@ may differ by one sample). With `drop_last` (training) the order is first cut to
 every rank gets n // W samples and takes the same number of steps, which DDP's all-reduce requires.
 
 Repeated augmentation (`repeats` > 1, DeiT's RASampler) and `start_batch` (resuming mid-epoch without
-touching the skipped batches) behave exactly as in the streamed loader (`data/streamed_loader.py`), whose
-`epoch_order` both use, so a run sees the same samples in either data mode.
+touching the skipped batches) behave exactly as in the streamed loader (`data/streamed_loader.py`): both
+take each epoch's order from `data/epoch_order.py`, so a run sees the same samples in either data mode.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
+
+from convinit.data.epoch_order import epoch_order
 
 
 class DeviceLoader:
@@ -60,8 +62,6 @@ class DeviceLoader:
 
     def order(self) -> torch.Tensor:
         """This epoch's sample order (this rank's share of it when distributed)."""
-        from convinit.data.streamed_loader import epoch_order
-
         n = len(self.labels)
         args = (self.shuffle, self.rank, self.world_size, self.repeats, self.drop_last)
         indices = [index for index, _ in epoch_order(n, self.seed, self.epoch, *args)]

@@ -19,12 +19,11 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from convinit.analysis.init_maps import INIT_BATCH
 from convinit.config import TrainConfig
 from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
 from convinit.data.datasets import dataset_options
+from convinit.data.image_files import GRAYSCALE_MODES, UNREADABLE, unreadable_image
 from convinit.data.readers.folder import FolderSplits, folder_splits
-from convinit.data.readers.image_files import GRAYSCALE_MODES, UNREADABLE, unreadable_image
 from convinit.data.streamed_loader import (
     StreamingImages,
     StreamLoader,
@@ -38,6 +37,7 @@ from convinit.errors import ConfigError
 # timm's defaults (ImageNet's statistics), for `folder_statistics(..., source="imagenet")`
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 HEADER_SAMPLE = 256  # image headers read to estimate a folder's decoded size and channels
+INIT_BATCH = 64  # real training images an init scheme fits on and is measured on (`init_batch`)
 
 
 @dataclass

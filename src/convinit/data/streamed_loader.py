@@ -14,9 +14,9 @@ the training stream waits on by an event, never on the host. One DataLoader, wit
 serves every epoch.
 
 Two properties make a streamed run resumable exactly:
-- The order of an epoch depends only on (seed, epoch): the same permutation as `DeviceLoader`, then
-  DeiT's repeated augmentation through timm's `RepeatAugSampler` (each image `repeats` times per epoch,
-  its copies on different ranks, the epoch no longer).
+- The order of an epoch depends only on (seed, epoch): the permutation `DeviceLoader` takes too
+  (`data/epoch_order.py`), then DeiT's repeated augmentation through timm's `RepeatAugSampler` (each
+  image `repeats` times per epoch, its copies on different ranks, the epoch no longer).
 - Each sample's random augmentation is seeded by (seed, epoch, its position in the epoch), never by the
   worker that happens to load it, so a run resumed mid-epoch, or read with another number of workers,
   sees the same crops as an uninterrupted one. Random erasing, on the device, draws from the run's own
@@ -40,7 +40,8 @@ import torch.nn as nn
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
-from convinit.data.readers.image_files import UNREADABLE, unreadable_image
+from convinit.data.epoch_order import epoch_indices
+from convinit.data.image_files import UNREADABLE, unreadable_image
 from convinit.errors import DataError
 from convinit.runs.parent_death import die_with_worker_parent
 
@@ -217,38 +218,6 @@ class StreamingImages(Dataset):
         with kept_generators():  # the main process: leave the training run's generators as they were
             seed_sample(seed)
             return self.transform(self.image(index)), self.labels[index]
-
-
-def epoch_indices(
-    n: int, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int, repeats: int, drop_last: bool
-) -> np.ndarray:
-    """This rank's file indices for one epoch, in order; the i-th is at global position rank + i * W.
-
-    Without repeats this is exactly `DeviceLoader.order()`; with repeats it is timm's `RepeatAugSampler`
-    (DeiT's RASampler) fed the same permutation: its only use of the epoch is as the generator's seed.
-    """
-    global_seed = seed * 100_003 + epoch  # DeviceLoader's permutation seed
-    if repeats > 1:
-        from timm.data.distributed_sampler import RepeatAugSampler
-
-        sampler = RepeatAugSampler(range(n), world_size, rank, shuffle=shuffle, num_repeats=repeats)
-        sampler.set_epoch(global_seed)
-        return np.fromiter(sampler, dtype=np.int64, count=len(sampler))
-    if shuffle:
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(global_seed)).numpy()
-    else:
-        order = np.arange(n)
-    if drop_last:
-        order = order[: n - n % world_size]
-    return order[rank::world_size]
-
-
-def epoch_order(
-    n: int, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int, repeats: int, drop_last: bool
-) -> list[tuple[int, int]]:
-    """This rank's (file index, global position) pairs for one epoch (`epoch_indices`)."""
-    indices = epoch_indices(n, seed, epoch, shuffle, rank, world_size, repeats, drop_last).tolist()
-    return [(index, rank + i * world_size) for i, index in enumerate(indices)]
 
 
 class EpochBatches(Sampler):

@@ -1,8 +1,9 @@
 """Weight initialisation schemes, kept apart from the models.
 
 `initialize(model, scheme, **options)` applies a registered scheme in place and returns its report
-(a JSON-serialisable dict: at least `scheme` and `seconds`). Scheme modules register themselves with
-`register_scheme`; `random` (the model's own default init) is always there.
+(a JSON-serialisable dict: at least `scheme` and `seconds`). Each scheme is one module of
+`convinit.init.schemes` (impulse, mimetic, random: the model's own default init) that registers itself
+with `register_scheme`; the registry finds them all on its first lookup.
 """
 
 from __future__ import annotations
@@ -14,11 +15,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from convinit.errors import ConfigError
-from convinit.init import impulse, mimetic  # noqa: F401  (register the impulse and mimetic schemes)
 from convinit.init.measure import untargeted_real_pass
-from convinit.init.registry import SCHEMES as _SCHEMES
-from convinit.init.registry import list_schemes, register_scheme
+from convinit.init.registry import SCHEMES, list_schemes, register_scheme
 
 
 def initialize(
@@ -32,9 +30,7 @@ def initialize(
     statistics of real forward passes (`convinit.init.measure`), for models with attention layers.
     The fit uses torch's intra-op threads (`torch.get_num_threads()`) and starts no others.
     """
-    if scheme not in _SCHEMES:
-        raise ConfigError(f"unknown init scheme {scheme!r}; choose one of: {', '.join(list_schemes())}")
-    fn = _SCHEMES[scheme]
+    fn = SCHEMES.get(scheme)  # a ConfigError listing the schemes if there is none of that name
     if images is not None and "images" in inspect.signature(fn).parameters:
         options["images"] = images
     start = time.perf_counter()
@@ -46,12 +42,6 @@ def initialize(
         if real is not None:
             report["real_pass"] = real
     return report
-
-
-@register_scheme("random")
-def random_init(model: nn.Module) -> dict[str, Any]:
-    """The model's own default initialisation: nothing to do."""
-    return {}
 
 
 __all__ = ["initialize", "list_schemes", "register_scheme"]

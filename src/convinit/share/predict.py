@@ -52,7 +52,7 @@ def model_input(paths: list[Path], model: nn.Module) -> torch.Tensor:
     """The files as the run's evaluation saw them: resized as its `preprocess` says (see
     `convinit.runs.preprocessing_record`), normalised with its mean and std; (N, C, H, W) float."""
     from convinit.data.augmentation.batch_augment import BatchAugment
-    from convinit.data.readers.image_files import decode_images
+    from convinit.data.image_files import decode_images
     from convinit.data.source import pair
 
     config = model.pretrained_config

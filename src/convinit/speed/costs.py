@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from convinit.init import initialize
-from convinit.init.impulse import Targets, layer_offsets, map_quality, optimize_factors
+from convinit.init.paper_optimizer import optimize_factors
+from convinit.init.targets import Targets, layer_offsets, map_quality
 from convinit.models import create_model
 from convinit.models.convit import GPSA, MHSA
 from convinit.speed.timing import interleaved_medians

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, register_dataset
-from convinit.data.readers.image_files import all_grayscale, decode_images, image_files
+from convinit.data.image_files import all_grayscale, decode_images, image_files
 from convinit.errors import DataError
 
 TEST_FRACTION = 0.2

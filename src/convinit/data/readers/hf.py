@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, register_dataset
-from convinit.data.readers.image_files import ImageSource, all_grayscale, decode_images
+from convinit.data.image_files import ImageSource, all_grayscale, decode_images
 from convinit.errors import DataError
 
 INSTALL = 'pip install "convinit[hf]"'

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, data_home, register_dataset
-from convinit.data.readers.image_files import decode_images
+from convinit.data.image_files import decode_images
 from convinit.errors import DataError
 
 FOLDER = "tiny-imagenet-200"

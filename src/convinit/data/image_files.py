@@ -1,6 +1,9 @@
-"""Decoding image files into one uint8 tensor (used by Tiny-ImageNet, `folder` and `hf`).
+"""Decoding image files into one uint8 tensor, and the one-line error for a file that is not an image.
 
-An image source is a path or the encoded bytes of one file (as a `datasets` Image column stores it).
+Used by the readers of Tiny-ImageNet, `folder` and `hf`, by the streamed loader and by `predict`. It
+registers no dataset, so it sits beside `readers/` rather than in it: the dataset registry imports every
+module of `readers/`, and each of them is a reader. An image source is a path or the encoded bytes of
+one file (as a `datasets` Image column stores it).
 """
 
 from __future__ import annotations

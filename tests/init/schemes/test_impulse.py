@@ -8,7 +8,7 @@ import torch
 from convinit.errors import ConfigError
 from convinit.init import initialize
 from convinit.init.filters import centre_first_offsets, impulse_conv_matrix, row_offsets, target_keys
-from convinit.init.impulse import Targets, map_quality
+from convinit.init.targets import Targets, map_quality
 from convinit.models import create_model, record_attention
 
 DIGITS = dict(

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from convinit.init import initialize
-from convinit.init.mimetic import svd_factors
+from convinit.init.schemes.mimetic import svd_factors
 from convinit.models import create_model
 
 D = 64

@@ -63,10 +63,10 @@ from convinit.init.measure import (
     layer_quality,
     real_pass_summary,
 )
-from convinit.init.mimetic import mimetic_value_proj
 from convinit.init.paper_optimizer import optimize_factors
 from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, prepare_positions
 from convinit.init.registry import register_scheme
+from convinit.init.schemes.mimetic import mimetic_value_proj
 from convinit.init.targets import Targets, layer_offsets, map_quality, smallest_gap
 from convinit.models.vit import SimpleViT
 

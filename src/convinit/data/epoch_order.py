@@ -1,0 +1,46 @@
+"""The order of one epoch's samples, shared by both data paths so that they see the same samples.
+
+`DeviceLoader` (data on the device) and `StreamLoader` (images decoded by workers) both take each
+epoch's order from here: a permutation seeded by (seed, epoch) only, dealt to the distributed ranks,
+with DeiT's repeated augmentation when `repeats` > 1. An order that depends on nothing else is what
+lets a run resumed mid-epoch, or switched between data modes, see exactly the batches an uninterrupted
+run would.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def epoch_indices(
+    n: int, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int, repeats: int, drop_last: bool
+) -> np.ndarray:
+    """This rank's file indices for one epoch, in order; the i-th is at global position rank + i * W.
+
+    Without repeats: a `randperm` seeded by (seed, epoch), cut to a multiple of W when `drop_last`;
+    with repeats it is timm's `RepeatAugSampler` (DeiT's RASampler) fed the same permutation: its only
+    use of the epoch is as the generator's seed.
+    """
+    global_seed = seed * 100_003 + epoch  # the permutation's seed in both data modes
+    if repeats > 1:
+        from timm.data.distributed_sampler import RepeatAugSampler
+
+        sampler = RepeatAugSampler(range(n), world_size, rank, shuffle=shuffle, num_repeats=repeats)
+        sampler.set_epoch(global_seed)
+        return np.fromiter(sampler, dtype=np.int64, count=len(sampler))
+    if shuffle:
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(global_seed)).numpy()
+    else:
+        order = np.arange(n)
+    if drop_last:
+        order = order[: n - n % world_size]
+    return order[rank::world_size]
+
+
+def epoch_order(
+    n: int, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int, repeats: int, drop_last: bool
+) -> list[tuple[int, int]]:
+    """This rank's (file index, global position) pairs for one epoch (`epoch_indices`)."""
+    indices = epoch_indices(n, seed, epoch, shuffle, rank, world_size, repeats, drop_last).tolist()
+    return [(index, rank + i * world_size) for i, index in enumerate(indices)]
