@@ -29,9 +29,9 @@ from convinit.init.measure import qk_inputs
 from convinit.init.targets import Targets, target_mass
 from convinit.runs.checkpoint import latest_checkpoint, load_weights
 from convinit.runs.metrics import read_metrics
+from convinit.train.plan import build_model
 from convinit.train.rng import seed_everything
-from convinit.train.run_builder import TRACK_BATCH
-from convinit.train.validation import build_model, initialize_model
+from convinit.train.run_builder import TRACK_BATCH, initialize_model
 
 IMAGES = 64
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from convinit.config import resolve_config
-from convinit.train.device import resolve_device
 from convinit.train.distributed import DistributedContext
+from convinit.train.plan import resolve_plan
 from convinit.train.run_builder import build_run
 from convinit.train.step import train_step
 from convinit.train.threads import choose_threads
@@ -62,9 +62,7 @@ def main() -> None:
     chosen = choose_threads(cfg.threads)
     print(f"torch's default: {TORCH_DEFAULT}; convinit chooses {chosen.line()}")
     with tempfile.TemporaryDirectory() as tmp:
-        run = build_run(
-            cfg, Path(tmp) / "run", False, False, DistributedContext(), resolve_device(cfg.device)
-        )
+        run = build_run(resolve_plan(cfg), Path(tmp) / "run", False, False, DistributedContext())
         torch.set_num_threads(counts[0])
         seconds_per_step(run, 2)  # warm-up: first-call allocations
         times: dict[int, list[float]] = {n: [] for n in counts}

@@ -21,8 +21,8 @@ import torch.nn as nn
 from convinit.analysis import get_tracker
 from convinit.config import TrainConfig, resolve_config
 from convinit.data.source import build_data
-from convinit.train.run_builder import TRACK_BATCH
-from convinit.train.validation import build_model, initialize_model
+from convinit.train.plan import build_model
+from convinit.train.run_builder import TRACK_BATCH, initialize_model
 
 MODELS = {
     "digits blend alpha 0.1 (8x8 grid)": [],

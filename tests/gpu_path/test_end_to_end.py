@@ -34,7 +34,7 @@ def test_convinit_train_on_a_streamed_folder_steps_without_waiting_on_the_fake_g
 
     trainer_step = trainer.train_step
     with (
-        mock.patch.object(trainer, "resolve_device", lambda name: CUDA),
+        mock.patch("convinit.train.plan.resolve_device", lambda name: CUDA),
         mock.patch.object(trainer, "train_step", audited_step),
         mock.patch.object(trainer, "save_checkpoint", lambda *args, **kwargs: None),
         mock.patch.object(trainer, "check_nonfinite", lambda run, totals: totals),

@@ -19,9 +19,9 @@ from convinit.data.datasets import ImageDataset, dataset_options, load_dataset
 from convinit.data.source import DataSource, build_data
 from convinit.train.distributed import DistributedContext
 from convinit.train.evaluation import evaluate
+from convinit.train.plan import build_model, resolve_plan
 from convinit.train.run_builder import step_parts
 from convinit.train.step import StepParts, StepTotals, train_step
-from convinit.train.validation import build_model
 from tests.gpu_path.fake_cuda import CUDA, DeviceAudit, audit, describe, fake_cuda
 
 AUDITED_STEPS = 2
@@ -59,7 +59,7 @@ def device_run(cfg: TrainConfig, dataset: ImageDataset, **shard) -> tuple[StepPa
     model = build_model(cfg, data.num_classes, data.in_chans, data.img_size).to(CUDA)
     if cfg.channels_last:
         model.to(memory_format=torch.channels_last)
-    return step_parts(cfg, data, model, DistributedContext(), CUDA), data
+    return step_parts(resolve_plan(cfg, CUDA), data, model, DistributedContext()), data
 
 
 def assert_nothing_waits(recorder: DeviceAudit) -> None:
@@ -159,7 +159,7 @@ def streamed_steps(folder: Path, overrides: list[str]) -> DeviceAudit:
         data = build_data(cfg, CUDA)
         data.train.pin_memory = False  # pinning needs a driver; the copy is non_blocking either way
         model = build_model(cfg, data.num_classes, data.in_chans, data.img_size).to(CUDA)
-        return audit_steps(step_parts(cfg, data, model, DistributedContext(), CUDA), data.train)
+        return audit_steps(step_parts(resolve_plan(cfg, CUDA), data, model, DistributedContext()), data.train)
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,8 @@ from convinit.config import CHOICES, KEYS, TrainConfig, base_type, build_config
 from convinit.errors import ConvinitError
 from convinit.init import list_schemes
 from convinit.models.registry import list_models, model_arguments
-from convinit.train.device import resolve_device
-from convinit.train.validation import build_model, check_forward, dataset_shape, initialize_model, validate
+from convinit.train.run_builder import check_forward, initialize_model
+from convinit.train.validation import validate
 
 COMMON = ("num_classes", "img_size", "in_chans")  # set from the dataset, not by model_args
 SMALL = {  # sizes that keep every model a few thousand parameters, where it takes them
@@ -102,14 +102,14 @@ def config_dicts(draw) -> dict:
 def prepare_and_forward(values: dict) -> None:
     """What `train` does up to its first step, with two random images for the test images."""
     cfg = build_config(values)
-    validate(cfg)
-    shape = dataset_shape(cfg)
-    device = resolve_device(cfg.device)
-    model = build_model(cfg, **shape)
+    plan = validate(cfg)
+    model = plan.model.build()
     initialize_model(cfg, model)
-    model.to(device)
-    images = torch.randn(2, shape["in_chans"], shape["img_size"], shape["img_size"], device=device)
-    check_forward(cfg, model, images, shape["num_classes"])
+    model.to(plan.device)
+    shape = plan.shape
+    size = (shape.img_size, shape.img_size) if isinstance(shape.img_size, int) else shape.img_size
+    images = torch.randn(2, shape.in_chans, *size, device=plan.device)
+    check_forward(plan, model, images, shape.num_classes)
 
 
 @settings(

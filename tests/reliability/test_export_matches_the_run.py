@@ -25,7 +25,7 @@ from convinit.models.pretrained import from_pretrained
 from convinit.runs.checkpoint import latest_checkpoint, load_weights
 from convinit.share.predict import model_input, predict
 from convinit.train import train
-from convinit.train.validation import build_model
+from convinit.train.plan import build_model
 
 TINY = ["model_args.patch_size=4", "model_args.depth=1", "model_args.dim=32", "model_args.heads=2",
         "model_args.dim_head=16", "model_args.mlp_dim=64", "warmup_epochs=0", "device=cpu", "epochs=1",

@@ -82,7 +82,7 @@ def run_with_damaged_checkpoints(tmp: Path) -> str:
 
 def run_with_checkpoint(tmp: Path, model: torch.nn.Module | None, train_state: dict) -> str:
     """A run whose one intact checkpoint holds `model` (None: the configured model) and `train_state`."""
-    from convinit.train.validation import build_model
+    from convinit.train.plan import build_model
 
     cfg = resolve_config(None, TINY)
     run_dir = tmp / "run-with-checkpoint"

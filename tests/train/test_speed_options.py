@@ -23,8 +23,8 @@ from convinit.errors import ConfigError, TrainingDiverged
 from convinit.runs.checkpoint import list_checkpoints, load_train_state
 from convinit.runs.signals import RunInterrupted
 from convinit.train import evaluate_run, train
-from convinit.train import run_builder as run_setup
-from convinit.train.validation import check_forward
+from convinit.train.plan import ModelSpec, resolve_plan
+from convinit.train.run_builder import check_forward
 
 VOLATILE = {"seconds", "images_per_s"}
 
@@ -183,16 +183,16 @@ def write_rgb_folder(root, per_class: int = 30, size: int = 8) -> None:
 def test_channels_last_convmixer_trains_like_the_default_layout(tmp_path, monkeypatch):
     write_rgb_folder(tmp_path / "data")
     layouts: list[bool] = []
-    original = run_setup.build_model
+    original = ModelSpec.build
 
-    def record_stem_layout(*args, **kwargs):
-        model = original(*args, **kwargs)
+    def record_stem_layout(spec):
+        model = original(spec)
         model.stem.register_forward_hook(
             lambda module, inputs, out: layouts.append(out.is_contiguous(memory_format=torch.channels_last))
         )
         return model
 
-    monkeypatch.setattr(run_setup, "build_model", record_stem_layout)
+    monkeypatch.setattr(ModelSpec, "build", record_stem_layout)
     overrides = [
         "dataset=folder",
         f"data_dir={tmp_path / 'data'}",
@@ -231,7 +231,7 @@ def test_model_without_a_kernel_for_the_autocast_dtype_is_told_to_use_fp32(tiny_
 
     cfg = resolve_config(None, tiny_overrides + ["precision=fp16"])
     with pytest.raises(ConfigError) as info:
-        check_forward(cfg, NoHalfMatmul(), torch.randn(2, 1, 8, 8), num_classes=10)
+        check_forward(resolve_plan(cfg), NoHalfMatmul(), torch.randn(2, 1, 8, 8), num_classes=10)
     message = str(info.value)
     assert "not under precision=fp16 autocast on cpu" in message and "use precision=fp32" in message
     assert "\n" not in message

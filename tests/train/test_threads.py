@@ -123,11 +123,12 @@ def test_a_streamed_run_counts_its_data_workers_against_its_threads(tmp_path, ti
     from convinit.train.distributed import DistributedContext
     from convinit.train.run_builder import build_run
     from convinit.train.threads import usable_cores
+    from convinit.train.validation import validate
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv(CONCURRENT_RUNS_ENV, raising=False)
     cfg = resolve_config(None, tiny_overrides + ["data_mode=stream", "workers=1"])
-    run = build_run(cfg, tmp_path / "run", False, False, DistributedContext(), torch.device("cpu"))
+    run = build_run(validate(cfg), tmp_path / "run", False, False, DistributedContext())
     cores = usable_cores()
     expected = max(1, max(1, cores - 1) - 1) if cores > 1 else 1
     assert run.threads.threads == expected == torch.get_num_threads()

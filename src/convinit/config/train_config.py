@@ -4,7 +4,7 @@ A preset is a YAML file of flat keys (see `TrainConfig`) shipped in `convinit/co
 path; `extends: NAME` starts from another preset. Overrides are `key=value` strings parsed as YAML
 values; `model_args.dim=128` sets one entry of a dict-valued key. Validation rejects unknown keys,
 wrong types and impossible values with a one-line ConfigError; the model's own arguments are checked
-by building it (see `convinit.train.validation.build_model`).
+by constructing it (see `convinit.train.validation.check_model`).
 """
 
 from __future__ import annotations

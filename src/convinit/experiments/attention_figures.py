@@ -18,9 +18,10 @@ from convinit.data.source import build_data
 from convinit.errors import ConfigError
 from convinit.experiments.grid import slug
 from convinit.runs.checkpoint import latest_checkpoint, load_weights
+from convinit.train.plan import build_model
 from convinit.train.rng import seed_everything
+from convinit.train.run_builder import initialize_model
 from convinit.train.threads import set_run_threads
-from convinit.train.validation import build_model, initialize_model
 
 
 def has_attention(model: nn.Module) -> bool:

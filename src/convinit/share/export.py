@@ -18,7 +18,7 @@ from convinit.runs.ownership import reading_checkpoints
 from convinit.runs.preprocessing_record import run_data_record
 from convinit.share.folder_publish import writable_folder
 from convinit.share.model_card import run_model_card
-from convinit.train.validation import build_model
+from convinit.train.plan import build_model
 
 CONNECT_TIMEOUT = 10  # seconds to reach the Hub before a push is given up
 EXPORTED = ("classes", "mean", "std", "img_size", "preprocess")  # from the run's record into config.json

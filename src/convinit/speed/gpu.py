@@ -68,8 +68,8 @@ def run_config(preset: str, overrides: list[str], data: dict[str, str]):
     from convinit.data.source import build_data
     from convinit.train.device import configure_cuda_math
     from convinit.train.distributed import DistributedContext
+    from convinit.train.plan import build_model, resolve_plan
     from convinit.train.run_builder import step_parts
-    from convinit.train.validation import build_model
 
     streamed = "data_mode=stream" in overrides
     source = ["dataset=folder", f"data_dir={data['folder']}", "data_budget_gb=0.0001"] if streamed else []
@@ -83,7 +83,7 @@ def run_config(preset: str, overrides: list[str], data: dict[str, str]):
     model = build_model(cfg, source.num_classes, source.in_chans, source.img_size).to(device)
     if cfg.channels_last:
         model.to(memory_format=torch.channels_last)
-    return cfg, source, step_parts(cfg, source, model, DistributedContext(), device)
+    return cfg, source, step_parts(resolve_plan(cfg, device), source, model, DistributedContext())
 
 
 def audit_case(name: str, data: dict[str, str], steps: int, results: Path) -> None:

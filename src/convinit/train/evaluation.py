@@ -20,8 +20,8 @@ from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_w
 from convinit.runs.ownership import reading_checkpoints
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
 from convinit.train.distributed import DistributedContext
+from convinit.train.plan import build_model
 from convinit.train.threads import set_run_threads
-from convinit.train.validation import build_model
 
 
 @torch.no_grad()

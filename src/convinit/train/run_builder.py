@@ -1,5 +1,11 @@
-"""Everything a run is made of, built in one place from its config: data source, model, optimiser,
-schedule, loss scaler, EMA, metrics log and trackers, restored from a checkpoint when resuming."""
+"""Everything a run is made of, built in one place from its plan: data source, model, optimiser,
+schedule, loss scaler, EMA, metrics log and trackers, restored from a checkpoint when resuming.
+
+The plan (`convinit.train.plan`, made by `validate`) has already resolved the device, the number
+formats, the data's shape and the model's arguments; the builder follows it: it seeds, reads the data,
+builds the model once from the plan's `ModelSpec`, initialises it on real images and checks one forward
+pass, in that order (the order fixes which random numbers each part draws).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from convinit.config import TrainConfig, save_config
 from convinit.data import MixupCutmix
 from convinit.data.source import DataSource, build_data
 from convinit.errors import ConfigError
+from convinit.init import initialize
 from convinit.runs.atomic import atomic_write_text
 from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.runs.loggers import Trackers
@@ -28,15 +35,15 @@ from convinit.runs.preprocessing_record import read_data_record, write_data_reco
 from convinit.runs.provenance import provenance
 from convinit.runs.run_dir import prepare_run_dir, refuse_if_all_damaged
 from convinit.runs.track_log import TrackLog
-from convinit.train.device import autocast_dtype, configure_cuda_math, memory_format
+from convinit.train.device import configure_cuda_math
 from convinit.train.distributed import DistributedContext, barrier
 from convinit.train.optim import build_optimizer, build_scheduler
+from convinit.train.plan import DataShape, RunPlan
 from convinit.train.rng import seed_everything
 from convinit.train.run_state import TrainState
 from convinit.train.step import DeviceEMA, StepParts, StepTotals
 from convinit.train.teacher import load_teacher
 from convinit.train.threads import ThreadChoice, record_threads, set_run_threads
-from convinit.train.validation import build_model, check_forward, initialize_model
 
 TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
 
@@ -45,9 +52,8 @@ TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gat
 class Run:
     """A run ready to train: what the epoch loop reads and moves."""
 
-    cfg: TrainConfig
+    plan: RunPlan
     run_dir: Path
-    device: torch.device
     ddp: DistributedContext
     data: DataSource
     model: nn.Module
@@ -59,6 +65,14 @@ class Run:
     checkpoint: Path | None  # the checkpoint resumed from, if any
     threads: ThreadChoice | None = None  # torch's thread count in this process, and why
 
+    @property
+    def cfg(self) -> TrainConfig:
+        return self.plan.cfg
+
+    @property
+    def device(self) -> torch.device:
+        return self.plan.device
+
     @cached_property
     def steps_per_epoch(self) -> int:
         """The same for every epoch; measured once, since a loader's length computes its epoch order
@@ -66,9 +80,70 @@ class Run:
         return len(self.data.train)
 
 
-def prepare_model(cfg: TrainConfig, data: DataSource, run_dir: Path, fresh: bool, is_main: bool) -> nn.Module:
-    """Build the model; a fresh run initialises it and writes `init_report.json`."""
-    model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
+def initialize_model(
+    cfg: TrainConfig, model: nn.Module, images: torch.Tensor | None = None
+) -> dict[str, Any]:
+    """Apply the configured init scheme (fitted on and measured with real `images`); ConfigError if its
+    options are unknown or impossible."""
+    try:
+        return initialize(model, cfg.init, images=images, **cfg.init_args)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as exc:
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"init {cfg.init!r} cannot be applied with {cfg.init_args}: {detail}") from exc
+
+
+# what a model that builds but cannot run on given images raises (see check_forward)
+FORWARD_ERRORS = (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError, IndexError)
+
+
+def runs_in_fp32(model: nn.Module, images: torch.Tensor) -> bool:
+    """Whether the forward pass works without autocast: tells a dtype problem from a shape problem."""
+    try:
+        model(images)
+    except FORWARD_ERRORS:
+        return False
+    return True
+
+
+@torch.no_grad()
+def check_forward(plan: RunPlan, model: nn.Module, images: torch.Tensor, num_classes: int) -> None:
+    """One forward pass on real images before any step, in the plan's number formats: a model that
+    builds but cannot run on this data (an argument of the right type but an impossible value) fails
+    with one line, not a traceback."""
+    model.eval()
+    cfg, dtype = plan.cfg, plan.dtype
+    images = images.contiguous(memory_format=plan.layout)
+    try:
+        with torch.autocast(images.device.type, dtype=dtype, enabled=dtype is not None):
+            logits = model(images)
+    except ConfigError:
+        raise
+    except FORWARD_ERRORS as exc:
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 300 else detail[:297] + "..."  # torch's signature listings
+        if dtype is not None and runs_in_fp32(model, images):  # an op with no kernel for this dtype
+            raise ConfigError(
+                f"model {cfg.model!r} runs in fp32 but not under precision={cfg.precision} autocast on "
+                f"{images.device.type}: {detail}; use precision=fp32"
+            ) from exc
+        shape = "x".join(str(n) for n in images.shape[1:])
+        raise ConfigError(
+            f"model {cfg.model!r} with {cfg.model_args} cannot run on {shape} images: {detail}"
+        ) from exc
+    if tuple(logits.shape) != (len(images), num_classes):
+        raise ConfigError(
+            f"model {cfg.model!r} with {cfg.model_args} returns {tuple(logits.shape)} for "
+            f"{len(images)} images of {num_classes} classes; it must return (batch, num_classes)"
+        )
+
+
+def prepare_model(plan: RunPlan, data: DataSource, run_dir: Path, fresh: bool, is_main: bool) -> nn.Module:
+    """The run's one build of its model, from the plan's description; a fresh run initialises it and
+    writes `init_report.json`."""
+    cfg = plan.cfg
+    model = plan.model_for(DataShape(data.num_classes, data.in_chans, data.img_size)).build()
     if fresh:  # a new run, or one killed before its first intact checkpoint: start over
         report = initialize_model(cfg, model, data.init_batch())
         model.init_report = report
@@ -90,10 +165,9 @@ def compile_mode(cfg: TrainConfig, device: torch.device, distributed: bool = Fal
     return "reduce-overhead" if device.type == "cuda" and not distributed else "default"
 
 
-def step_parts(
-    cfg: TrainConfig, data: DataSource, model: nn.Module, ddp: DistributedContext, device
-) -> StepParts:
+def step_parts(plan: RunPlan, data: DataSource, model: nn.Module, ddp: DistributedContext) -> StepParts:
     """The training step's pieces: optimiser, schedule, scaler, loss, mixing, teacher, EMA, wrappers."""
+    cfg, device = plan.cfg, plan.device
     optimizer = build_optimizer(model, cfg)
     net = DistributedDataParallel(model) if ddp.enabled else model  # DDP syncs weights from rank 0
     if cfg.compile:  # after DDP, so torch's DDPOptimizer splits graphs at gradient buckets; `model`
@@ -112,23 +186,17 @@ def step_parts(
         augment=data.augment,
         teacher=load_teacher(cfg, data.num_classes, device),
         ema=DeviceEMA(model, cfg.ema_decay) if cfg.ema_decay else None,
-        layout=memory_format(cfg),
-        dtype=autocast_dtype(cfg, device),
+        layout=plan.layout,
+        dtype=plan.dtype,
         distill_weight=cfg.distill_weight,
         clip_grad=cfg.clip_grad,
         check_loss=not ddp.enabled,  # under DDP the loss is per rank; the all-reduced gradient norm is shared
     )
 
 
-def build_run(
-    cfg: TrainConfig,
-    run_dir: Path,
-    resume: bool,
-    overwrite: bool,
-    ddp: DistributedContext,
-    device: torch.device,
-) -> Run:
-    """Every part of the run, restored from its newest intact checkpoint when resuming."""
+def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: DistributedContext) -> Run:
+    """Every part of the run `plan` describes, restored from its newest intact checkpoint when resuming."""
+    cfg, device = plan.cfg, plan.device
     if not resume and ddp.is_main:
         prepare_run_dir(run_dir, overwrite)
         save_config(cfg, run_dir / "config.yaml")
@@ -146,17 +214,16 @@ def build_run(
         refuse_if_all_damaged(run_dir)
     if ddp.is_main and (checkpoint is None or read_data_record(run_dir) is None):
         write_data_record(run_dir, data, cfg)  # what export and predict use: the run's own input
-    model = prepare_model(cfg, data, run_dir, checkpoint is None, ddp.is_main).to(device)
+    model = prepare_model(plan, data, run_dir, checkpoint is None, ddp.is_main).to(device)
     if cfg.channels_last:  # the input batches' layout; the model's 4-D (conv) weights follow it
-        model.to(memory_format=memory_format(cfg))
-    parts = step_parts(cfg, data, model, ddp, device)
+        model.to(memory_format=plan.layout)
+    parts = step_parts(plan, data, model, ddp)
     track_images = data.test_batch(TRACK_BATCH, device)
-    check_forward(cfg, model, track_images[:2], data.num_classes)
+    check_forward(plan, model, track_images[:2], data.num_classes)
     state = TrainState(parts.optimizer, parts.scheduler, parts.scaler, StepTotals(device))
     run = Run(
-        cfg,
+        plan,
         run_dir,
-        device,
         ddp,
         data,
         model,

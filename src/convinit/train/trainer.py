@@ -1,11 +1,12 @@
-"""The training loop, top to bottom: build the run, train its epochs, evaluate, checkpoint, stop.
+"""The training loop, top to bottom: plan the run, build it, train its epochs, evaluate, checkpoint, stop.
 
-`train(cfg)` builds everything from a validated `TrainConfig` (`setup.build_run`), trains with a
-progress bar, evaluates, logs `metrics.jsonl`/`metrics.csv`, and checkpoints each epoch end and on
-Ctrl-C. `train(cfg, run_dir, resume=True)` continues a run from its newest intact checkpoint: data order
-is a function of (seed, epoch) and every RNG is restored, so the continuation sees the same batches. The
-step (`step.train_step`) reads nothing back from the device; the loop reads its running totals every
-`log_every` steps, at epoch ends, checkpoints and stops, and applies `on_nonfinite` there.
+`train(cfg)` validates the config into a `RunPlan` (`validation.validate`: device, number formats, data
+shape and model arguments resolved once), builds everything from that plan (`run_builder.build_run`),
+trains with a progress bar, evaluates, logs `metrics.jsonl`/`metrics.csv`, and checkpoints each epoch
+end and on Ctrl-C. `train(cfg, run_dir, resume=True)` continues a run from its newest intact checkpoint:
+data order is a function of (seed, epoch) and every RNG is restored, so the continuation sees the same
+batches. The step (`step.train_step`) reads nothing back from the device; the loop reads its running
+totals every `log_every` steps, at epoch ends, checkpoints and stops, and applies `on_nonfinite` there.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from convinit.runs.ownership import own_run_dir
 from convinit.runs.run_dir import check_run_dir_path
 from convinit.runs.signals import RunInterrupted, stop_at_step_boundary, stop_outside_the_loop
 from convinit.runs.track_log import TrackLog, track_due
-from convinit.train.device import explain_compile_failure, resolve_device
+from convinit.train.device import explain_compile_failure
 from convinit.train.distributed import (
     DistributedContext,
     barrier,
@@ -41,6 +42,7 @@ from convinit.train.distributed import (
     under_torchrun,
 )
 from convinit.train.evaluation import evaluate, run_trackers
+from convinit.train.plan import RunPlan
 from convinit.train.rng import seed_rank_epoch
 from convinit.train.run_builder import Run, build_run
 from convinit.train.step import train_step
@@ -81,13 +83,13 @@ def train(
         run_dir = new_run_dir(cfg)
     if run_dir is not None:
         check_run_dir_path(Path(run_dir))
-    if not resume:
-        validate(cfg)  # before the run directory is created: a refused run leaves nothing behind
+    # a new run is planned before its directory is created: a refused run leaves nothing behind
+    plan = None if resume else validate(cfg)
     owner = own_run_dir(Path(run_dir)) if run_dir is not None and is_main_rank() else nullcontext()
     with owner, stop_outside_the_loop(run_dir):
-        if resume:
-            cfg = resumed_config(cfg, Path(run_dir))
-        return train_owned(cfg, run_dir, resume, overwrite, progress)
+        if resume:  # the run's own saved config, read while this process owns the run
+            plan = validate(resumed_config(cfg, Path(run_dir)))
+        return train_owned(plan, run_dir, resume, overwrite, progress)
 
 
 def resumed_config(cfg: TrainConfig | None, run_dir: Path) -> TrainConfig:
@@ -99,30 +101,27 @@ def resumed_config(cfg: TrainConfig | None, run_dir: Path) -> TrainConfig:
     return saved
 
 
-def distributed_device(
-    cfg: TrainConfig, run_dir: str | Path | None
-) -> tuple[torch.device, DistributedContext]:
-    """The training device and, under torchrun, this process's rank in the group."""
-    device = resolve_device(cfg.device)
-    ddp = setup_distributed(device.type == "cuda")
+def start_distributed(plan: RunPlan, run_dir: str | Path | None) -> DistributedContext:
+    """Under torchrun, this process's rank in the group (the process group started on the plan's
+    device: nccl on GPUs, gloo on the CPU); outside it, the one-process context."""
+    ddp = setup_distributed(plan.device.type == "cuda")
     if ddp.enabled:
         if run_dir is None:
             raise ConfigError("under torchrun every rank must write to one run directory: pass --out RUN_DIR")
-        if cfg.batch_size % ddp.world_size:
-            raise ConfigError(f"batch_size {cfg.batch_size} must divide among the {ddp.world_size} processes")
-        if device.type == "cuda":
-            device = torch.device("cuda", ddp.local_rank)
-    return device, ddp
+        if plan.cfg.batch_size % ddp.world_size:
+            raise ConfigError(
+                f"batch_size {plan.cfg.batch_size} must divide among the {ddp.world_size} processes"
+            )
+    return ddp
 
 
 def train_owned(
-    cfg: TrainConfig, run_dir: str | Path | None, resume: bool, overwrite: bool, progress: bool
+    plan: RunPlan, run_dir: str | Path | None, resume: bool, overwrite: bool, progress: bool
 ) -> TrainingRun:
-    """The body of `train`, run while this process owns `run_dir`."""
-    if resume:
-        validate(cfg)  # a new run's config was validated by `train` already
-    device, ddp = distributed_device(cfg, run_dir)
-    run = build_run(cfg, Path(run_dir) if run_dir else new_run_dir(cfg), resume, overwrite, ddp, device)
+    """The body of `train`, run while this process owns `run_dir`: the run built from `plan`, trained."""
+    cfg = plan.cfg
+    ddp = start_distributed(plan, run_dir)
+    run = build_run(plan, Path(run_dir) if run_dir else new_run_dir(cfg), resume, overwrite, ddp)
     if ddp.is_main and progress:
         print(f"data: {run.data.mode} ({run.data.reason}); {run.threads.line()}", file=sys.stderr)
     if run.checkpoint is None and cfg.eval_every:  # every rank evaluates its shard of the test set

@@ -1,0 +1,161 @@
+"""A run's plan: every decision taken from its config before any work, made once, by `validate`.
+
+`validate(cfg)` checks the config and returns a `RunPlan`; `train` hands that plan to `build_run`,
+which reads these decisions and takes none of them again:
+
+- the training device (`device=auto` looked up once; under torchrun, this rank's GPU);
+- the number formats of the step, the evaluation and the forward check (autocast dtype, memory layout);
+- the shape of the data (classes, channels, image size as the model sees it): known without reading
+  for the built-in sets; a folder's or a Hub dataset's is known only once read, and the builder
+  completes the plan from the data it reads (`RunPlan.model_for`);
+- the model: its name and every constructor argument (`ModelSpec`);
+- the largest batch the training set can form (what the memory guard sizes activations by).
+
+Why the model is constructed on the meta device in validation and for real in the builder, rather than
+built once in validation and handed over: the memory guard must measure a model before it is allocated
+(one too large for the machine is refused, not OOM-killed), and the real weights must be drawn after
+the run is seeded and its data prepared, where they always were, so that a run and its resumption are
+the same bit for bit. A meta construction allocates nothing and draws no random numbers, so it can come
+first; the real model is built once, by the builder, from the `ModelSpec` validation measured. A model
+that cannot be constructed on the meta device (fixed ConvMixer filters read values with `.item()`) is
+checked by a CPU construction in validation whose weights are thrown away, as before.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from convinit.config import TrainConfig
+from convinit.errors import ConfigError
+from convinit.models.external import build_model_by_name
+from convinit.train.device import autocast_dtype, memory_format, resolve_device
+from convinit.train.distributed import under_torchrun
+from convinit.train.memory_guard import largest_batch
+
+# (classes, channels, side) of the built-in sets: their shape without reading them
+BUILT_IN_SHAPES = {
+    "digits": (10, 1, 8),
+    "mnist": (10, 1, 28),
+    "fashion-mnist": (10, 1, 28),
+    "cifar10": (10, 3, 32),
+    "cifar100": (100, 3, 32),
+    "svhn": (10, 3, 32),
+    "tiny-imagenet": (200, 3, 64),
+}
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """What the model is built for: classes, channels and image size, (H, W) as the data gives it or
+    the config's `img_size`."""
+
+    num_classes: int
+    in_chans: int
+    img_size: int | tuple[int, int]
+
+
+def known_shape(cfg: TrainConfig) -> DataShape | None:
+    """The configured dataset's shape without reading it, as the reader will give it; None if unknown."""
+    if cfg.dataset not in BUILT_IN_SHAPES:
+        return None
+    classes, chans, side = BUILT_IN_SHAPES[cfg.dataset]
+    return DataShape(classes, chans, cfg.img_size or (side, side))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model described, not built: its name, the config's `model_args` and the data shape it is for.
+
+    `build` is the one place a training model is constructed, so validation's meta construction and the
+    builder's real one take the same arguments in the same form.
+    """
+
+    name: str
+    model_args: dict[str, Any] = field(hash=False)
+    shape: DataShape
+
+    def construct(self) -> nn.Module:
+        """The constructor call itself (on the default device; errors as the model raises them).
+
+        The data's shape and `model_args` are passed as separate keywords so that a `model_args` key
+        that repeats one of them is an error, not a silent override."""
+        shape = self.shape
+        return build_model_by_name(
+            self.name,
+            num_classes=shape.num_classes,
+            img_size=shape.img_size,
+            in_chans=shape.in_chans,
+            **self.model_args,
+        )
+
+    def build(self) -> nn.Module:
+        """The model (a convinit preset, `timm:NAME` or `hf:vit`: `convinit.models.external`);
+        ConfigError if its arguments are unknown or impossible for this data."""
+        try:
+            return self.construct()
+        except ConfigError:
+            raise
+        except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as exc:  # 0 ** -0.5
+            detail = " ".join(str(exc).split())
+            raise ConfigError(
+                f"model {self.name!r} cannot be built with {self.model_args}: {detail}"
+            ) from exc
+
+
+def build_model(
+    cfg: TrainConfig, num_classes: int, in_chans: int, img_size: int | tuple[int, int]
+) -> nn.Module:
+    """The configured model for data of this shape: for code that rebuilds a run's model from what the
+    run recorded (export, evaluation, figures), outside a training run's plan."""
+    return ModelSpec(cfg.model, cfg.model_args, DataShape(num_classes, in_chans, img_size)).build()
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything resolved from a run's config before any work (see the module docstring)."""
+
+    cfg: TrainConfig
+    device: torch.device
+    dtype: torch.dtype | None  # autocast's, None for full precision
+    layout: torch.memory_format  # of input batches and 4-D weights
+    shape: DataShape | None  # None until the data is read (folders, Hub datasets)
+    model: ModelSpec | None  # None while the shape is unknown
+    largest_batch: int  # the largest batch the training set can form
+
+    def model_for(self, shape: DataShape) -> ModelSpec:
+        """The model for the data as read: the plan's own when the shape was known beforehand (and the
+        data must agree with it), else the configured model on the shape the data has."""
+        if self.model is None:
+            return ModelSpec(self.cfg.model, self.cfg.model_args, shape)
+        if shape != self.shape:
+            raise RuntimeError(
+                f"dataset {self.cfg.dataset!r} was read as {shape} but planned as {self.shape}: "
+                "BUILT_IN_SHAPES in convinit.train.plan is out of date"
+            )
+        return self.model
+
+
+def training_device(name: str) -> torch.device:
+    """The device `name` asks for; under torchrun a GPU run trains on this rank's own GPU (LOCAL_RANK,
+    the index torchrun gives each process on a node)."""
+    device = resolve_device(name)
+    if device.type == "cuda" and under_torchrun():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
+
+
+def resolve_plan(cfg: TrainConfig, device: torch.device | None = None) -> RunPlan:
+    """The plan of `cfg`, on `device` if given (tools that pick the device themselves), else on the one
+    the config names. Resolves, checks nothing beyond the device name: `validate` does the checking."""
+    device = training_device(cfg.device) if device is None else device
+    formats = (autocast_dtype(cfg, device), memory_format(cfg))
+    shape = known_shape(cfg)
+    if shape is None:  # an unread set's size is unknown: the batch is as asked
+        return RunPlan(cfg, device, *formats, None, None, cfg.batch_size)
+    batch = largest_batch(cfg.batch_size, cfg.dataset, shape.num_classes, cfg.per_class, cfg.train_fraction)
+    return RunPlan(cfg, device, *formats, shape, ModelSpec(cfg.model, cfg.model_args, shape), batch)
