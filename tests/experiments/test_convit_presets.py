@@ -7,7 +7,7 @@ from convinit.experiments.grid import expand
 
 
 def test_plus_models_train_at_the_papers_lowered_lr():
-    cfg = resolve_config("convit/ablation_full", ["data_dir=."])
+    cfg = resolve_config("convit/ablation", ["data_dir=."])
     assert cfg.model == "convit_small_plus"
     assert (cfg.lr, cfg.lr_base_batch) == (4e-4, 512)
 

@@ -8,7 +8,7 @@ import pytest
 
 from convinit.errors import ConfigError
 from convinit.experiments.efficiency import area_between, efficiency_runs, efficiency_summary
-from convinit.experiments.grid import expand, list_experiments
+from convinit.experiments.grid import expand, list_experiments, load_experiment
 from convinit.experiments.report import find_runs, summarise, write_report
 from convinit.experiments.runner import run_grid
 
@@ -142,6 +142,23 @@ def test_shipped_experiments_expand_at_both_scales():
                 assert "no scale" in str(exc)
                 continue
             assert runs, name
+
+
+def test_every_shipped_preset_is_a_grid_scale_or_what_one_extends():
+    """No preset lies unused beside the grids as a copy of a row or a scale (`default` is the CLI's)."""
+    from convinit.config import preset_names, read_yaml
+    from convinit.config.train_config import preset_path
+
+    used, todo = set(), ["default"]
+    todo += [
+        base["preset"] for name in list_experiments() for base in load_experiment(name)["scales"].values()
+    ]
+    while todo:
+        name = todo.pop()
+        if name not in used:
+            used.add(name)
+            todo += [parent for parent in [read_yaml(preset_path(name)).get("extends")] if parent]
+    assert set(preset_names()) - used == set()
 
 
 def test_slurm_launcher_runs_each_grid_run_as_a_requeueable_submitit_job(experiment_file, tmp_path):

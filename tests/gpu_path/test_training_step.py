@@ -108,8 +108,9 @@ def test_paper1_recipe_aug_steps_without_waiting():
 
 def test_convmixer_with_batchnorm_steps_without_waiting():
     """BatchNorm's running statistics and integer counter, averaged by the EMA, in channels_last."""
+    fig4 = ["model_args.spatial=impulse", "model_args.block=paper1", "model_args.filter_assignment=random"]
     overrides = ["model_args.depth=1", "ema_decay=0.999", "channels_last=true", "hflip=true"]
-    assert_nothing_waits(steps_of("paper1/fig4_convmixer_small", overrides))
+    assert_nothing_waits(steps_of("paper1/convmixer_small", [*fig4, *overrides]))  # paper1-fig4, small
 
 
 def test_the_ddp_step_path_steps_without_waiting():

@@ -307,13 +307,16 @@ def test_autocast_forward_and_backward_reach_the_positional_parameters():
     assert layer.pos_proj.weight.grad is not None and layer.gating_param.grad is not None
 
 
-def test_shipped_convit_presets_resolve_and_build():
+def test_shipped_convit_presets_and_grid_rows_resolve_and_build():
     from convinit.config import preset_names, resolve_config
+    from convinit.experiments.grid import expand
 
     names = [n for n in preset_names() if n.startswith("convit/")] + ["deit"]
-    assert len(names) >= 22
-    for name in names:
-        cfg = resolve_config(name)
+    configs = [resolve_config(name) for name in names]
+    grids = ("convit-ablation", "convit-gpsa-layers", "convit-locality-strength", "convit-sample-efficiency")
+    configs += [run.config for grid in grids for scale in ("small", "full") for run in expand(grid, scale)]
+    assert len(names) >= 5 and len(configs) >= 50
+    for cfg in configs:
         with torch.device("meta"):
             create_model(cfg.model, num_classes=10, img_size=cfg.img_size or 8, in_chans=1, **cfg.model_args)
     small = resolve_config("convit/small")

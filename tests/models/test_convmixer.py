@@ -164,11 +164,12 @@ def test_token_mixing_bias_starts_uniform_within_one_over_channels_as_the_offici
     assert bias.abs().max() <= 1 / 400 and bias.std() > 1 / 400 / 3  # U(+-1/C): sd (1/C)/sqrt(3)
 
 
-def test_paper1_presets_assign_filters_to_channels_at_random_with_replacement():
-    from convinit.config import resolve_config
+def test_paper1_grids_assign_filters_to_channels_at_random_with_replacement():
+    from convinit.experiments.grid import expand
 
-    for preset in ("paper1/fig4_convmixer_small", "paper1/table6_convmixer_gaussian_small"):
-        assert resolve_config(preset, []).model_args["filter_assignment"] == "random"
+    for grid in ("paper1-fig4", "paper1-table6"):
+        for scale in ("small", "full"):
+            assert {run.config.model_args["filter_assignment"] for run in expand(grid, scale)} == {"random"}
     torch.manual_seed(0)
     layer = small("impulse", filter_heads=3, filter_assignment="random").spatial_layers()[0]
     filters = layer.weight.flatten(1)  # (C, k*k): 12 channels drawn from 3 distinct filters

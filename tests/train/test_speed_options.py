@@ -208,7 +208,7 @@ def test_channels_last_convmixer_trains_like_the_default_layout(tmp_path, monkey
     runs = {}
     for channels_last in (False, True):
         layouts.clear()
-        cfg = resolve_config("paper1/fig4_convmixer_small", overrides + [f"channels_last={channels_last}"])
+        cfg = resolve_config("paper1/convmixer_small", overrides + [f"channels_last={channels_last}"])
         runs[channels_last] = train(cfg, run_dir=tmp_path / str(channels_last), progress=False)
         # check_forward, every training step and every evaluation ran in the asked-for layout
         assert layouts and set(layouts) == {channels_last}

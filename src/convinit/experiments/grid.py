@@ -2,16 +2,20 @@
 
 An experiment is a YAML file in `convinit/configs/experiments/`:
 
-    description: Table 3 of paper 1 ...
+    description: Table 1 of paper 1 ...
     scales:
-      small: {preset: paper1/table3_small, overrides: {epochs: 10}}   # CPU, minutes
-      full: {preset: paper1/table3}                                    # the paper's settings, GPU
+      small: {preset: paper1/vit_small, overrides: {model_args.qk_input: x}}   # CPU, minutes
+      full: {preset: paper1/table1_models}                                      # the paper's settings, GPU
     seeds: [0, 1, 2]
     rows:
-      - {label: "impulse, alpha 0.1", overrides: {init: impulse, model_args.alpha: 0.1}, paper: 88.0}
+      - {label: Model I, overrides: {model_args.qk_input: blend, model_args.alpha: 0.5}, paper: 71.3}
 
-A scale may carry its own `rows` and `seeds` (e.g. other data fractions on the CPU). Extra keys of a
-row (alpha, group, fraction) are kept in the run's experiment.json for the report's plots.
+A small scale names a CPU profile (convit/small, paper1/vit_small, paper1/convmixer_small: a recipe and
+a model that run in minutes on a CPU; or one built on it that users run alone, paper1/table3_alpha_small)
+and, as its overrides, the experiment's own settings as its full preset states them, so no preset is a
+shrunk copy of another. A scale may carry its own `rows` and `seeds` (e.g. other data fractions on the
+CPU). Extra keys of a row (alpha, group, fraction) are kept in the run's experiment.json for the
+report's plots.
 
 `expand()` turns it into one `RunSpec` per (row, seed), each with its validated TrainConfig and a
 stable run directory name, so a grid can be resumed by re-running it.

@@ -36,7 +36,16 @@ AUDIT_CASES: dict[str, tuple[str, list[str]]] = {
     "cifar crop/flip": ("paper1/recipe", ["crop_padding=4", "hflip=true"]),
     "deit mixup/cutmix/ema/clip": ("deit", ["model=deit_tiny", "ema_decay=0.99996", "clip_grad=1.0"]),
     "paper1 recipe_aug": ("paper1/recipe_aug", []),
-    "convmixer batchnorm": ("paper1/fig4_convmixer_small", ["ema_decay=0.999", "channels_last=true"]),
+    "convmixer batchnorm": (  # the small scale of the grid paper1-fig4
+        "paper1/convmixer_small",
+        [
+            "model_args.spatial=impulse",
+            "model_args.block=paper1",
+            "model_args.filter_assignment=random",
+            "ema_decay=0.999",
+            "channels_last=true",
+        ],
+    ),
     "streamed": ("deit", ["model=deit_tiny", "data_mode=stream", "mixup=0", "cutmix=0"]),
     "streamed mixup/cutmix": ("deit", ["model=deit_tiny", "data_mode=stream"]),
 }
