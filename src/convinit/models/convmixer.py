@@ -38,7 +38,7 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.filters import assign_heads, check_kernel_size, filter_bank, fixed_filter_scale
-from convinit.models.layers import patch_grid
+from convinit.models.layers import check_positive, patch_grid
 from convinit.models.pretrained import PretrainedMixin
 from convinit.models.registry import register_model
 
@@ -191,9 +191,7 @@ class ConvMixer(PretrainedMixin, nn.Module):
         super().__init__()
         if block not in BLOCKS:
             raise ConfigError(f"ConvMixer block must be one of {', '.join(BLOCKS)}, got {block!r}")
-        for name, value in dict(dim=dim, depth=depth).items():
-            if value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value}")
+        check_positive(dim=dim, depth=depth)
         check_kernel_size(kernel_size)
         heads = dim if filter_heads is None else filter_heads
         if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:

@@ -12,14 +12,12 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from convinit.errors import ConfigError
-from convinit.models.convit import LN_EPS, MHSA, Block, PatchEmbed, drop_path_rates, init_linear
-from convinit.models.layers import pair
+from convinit.models.layers import MHSA, Block, ClassTokenViT, PatchEmbed, drop_path_rates, init_linear
 from convinit.models.pretrained import PretrainedMixin
 from convinit.models.registry import register_model
 
 
-class DeiT(PretrainedMixin, nn.Module):
+class DeiT(PretrainedMixin, ClassTokenViT):
     """ViT with a class token, learnable position embedding, pre-norm blocks, LN eps 1e-6 (DeiT/timm)."""
 
     def __init__(
@@ -36,33 +34,19 @@ class DeiT(PretrainedMixin, nn.Module):
         qkv_bias: bool = True,
         drop_path_rate: float = 0.0,
     ):
-        super().__init__()
-        if not 0.0 <= drop_path_rate < 1.0:
-            raise ConfigError(f"drop_path_rate must be in [0, 1), got {drop_path_rate}")
-        self.num_classes = num_classes
-        self.img_size = pair(img_size)
-        self.in_chans = in_chans
-        self.patch_size = patch_size
-        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim)
-        self.grid = self.patch_embed.grid  # (rows, cols)
-        num_patches = self.grid[0] * self.grid[1]
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-        self.pos_embed = nn.Parameter(torch.zeros(1, 1 + num_patches, embed_dim))
         rates = drop_path_rates(drop_path_rate, depth)
+        patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim)
+        # the class token is prepended before the first block
+        super().__init__(patch_embed, pos_embed_covers_cls=True)
         self.blocks = nn.ModuleList(
             Block(embed_dim, MHSA(embed_dim, num_heads, qkv_bias=qkv_bias), mlp_ratio, rates[i])
             for i in range(depth)
         )
-        self.norm = nn.LayerNorm(embed_dim, eps=LN_EPS)
-        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.add_head(embed_dim, num_classes)
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.normal_(self.cls_token, std=1e-6)  # timm's ViT init
         if isinstance(self.head, nn.Linear):
             init_linear(self.head)
-
-    def no_weight_decay(self) -> set[str]:
-        """Parameters the DeiT recipe excludes from weight decay (besides 1-D ones)."""
-        return {"pos_embed", "cls_token"}
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         x = self.patch_embed(images)  # (B, N, D)
@@ -70,9 +54,6 @@ class DeiT(PretrainedMixin, nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.norm(x)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.forward_features(images)[:, 0])
 
 
 @register_model

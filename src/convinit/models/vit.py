@@ -22,7 +22,15 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.models.layers import Attention, FeedForward, pair, patch_grid, patchify, posemb_sincos_2d
+from convinit.models.layers import (
+    Attention,
+    FeedForward,
+    check_positive,
+    pair,
+    patch_grid,
+    patchify,
+    posemb_sincos_2d,
+)
 from convinit.models.pretrained import PretrainedMixin
 from convinit.models.registry import register_model
 
@@ -137,11 +145,7 @@ class SimpleViT(PretrainedMixin, nn.Module):
         freeze_attention: bool = False,
     ):
         super().__init__()
-        for name, value in dict(
-            dim=dim, depth=depth, heads=heads, dim_head=dim_head, mlp_dim=mlp_dim
-        ).items():
-            if value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value}")
+        check_positive(dim=dim, depth=depth, heads=heads, dim_head=dim_head, mlp_dim=mlp_dim)
         self.alpha, self.pos_embed = check_vit_options(qk_input, alpha, pos_embed)
         self.qk_input = qk_input
         self.img_size = pair(img_size)

@@ -17,7 +17,8 @@ import torch
 from convinit.init import initialize
 from convinit.init.impulse import Targets, layer_offsets, map_quality, optimize_factors
 from convinit.models import create_model
-from convinit.models.convit import GPSA, MHSA
+from convinit.models.convit import GPSA
+from convinit.models.layers import MHSA
 from convinit.speed.timing import interleaved_medians
 
 PAPER_STEPS = 10_000
