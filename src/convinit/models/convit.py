@@ -45,7 +45,7 @@ from convinit.models.layers import (
     init_linear,
 )
 from convinit.models.pretrained import PretrainedMixin
-from convinit.models.registry import register_model
+from convinit.models.registry import FAMILIES, Family
 
 
 def relative_indices(rows: int, cols: int) -> torch.Tensor:
@@ -274,165 +274,10 @@ def gpsa_layers(model: nn.Module) -> list[GPSA]:
     return [m for m in model.modules() if isinstance(m, GPSA)]
 
 
-# Presets (SPEC section 5): 48 channels per head (Ti: H 4, S: H 9, B: H 16), "plus": 64 per head.
-# All: 12 blocks, 10 GPSA + 2 MHSA, patch 16 at 224 px; the CIFAR presets use patch 2 or 4 at 32 px.
-
-
-@register_model
-def convit_tiny(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 192,
-    num_heads: int = 4,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-Ti: D 192, 4 heads of 48 (ImageNet top-1 73.1 with the DeiT recipe)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_tiny_plus(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 256,
-    num_heads: int = 4,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-Ti+: D 256, 4 heads of 64 (top-1 76.7)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_small(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 432,
-    num_heads: int = 9,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-S: D 432, 9 heads of 48 (top-1 81.3)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_small_plus(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 576,
-    num_heads: int = 9,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-S+: D 576, 9 heads of 64 (top-1 82.2; the model of the paper's ablation table)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_base(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 768,
-    num_heads: int = 16,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-B: D 768, 16 heads of 48 (top-1 82.4)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_base_plus(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 1024,
-    num_heads: int = 16,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-B+: D 1024, 16 heads of 64 (top-1 82.5)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_tiny_patch2_32(
-    num_classes: int = 10,
-    img_size: int | tuple[int, int] = 32,
-    in_chans: int = 3,
-    patch_size: int = 2,
-    embed_dim: int = 192,
-    num_heads: int = 4,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-Ti on 32 px images with 2 px patches (16 x 16 grid, N 256)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_tiny_patch4_32(
-    num_classes: int = 10,
-    img_size: int | tuple[int, int] = 32,
-    in_chans: int = 3,
-    patch_size: int = 4,
-    embed_dim: int = 192,
-    num_heads: int = 4,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-Ti on 32 px images with 4 px patches (8 x 8 grid, N 64)."""
-    return ConViT(**locals())
+# the arguments a ConViT preset lets its caller set, in the order a refusal lists them; mlp_ratio and
+# partial_local_init stay at ConViT's defaults in every preset (build ConViT itself to change them)
+PRESET_OPTIONS = (
+    "patch_size", "embed_dim", "num_heads", "depth", "local_up_to_layer", "locality_strength",
+    "use_local_init", "freeze_gate", "freeze_gpsa", "drop_path_rate",
+)  # fmt: skip
+FAMILIES.add("convit", Family(ConViT, options=PRESET_OPTIONS))

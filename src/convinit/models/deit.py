@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from convinit.models.layers import MHSA, Block, ClassTokenViT, PatchEmbed, drop_path_rates, init_linear
 from convinit.models.pretrained import PretrainedMixin
-from convinit.models.registry import register_model
+from convinit.models.registry import FAMILIES, Family
 
 
 class DeiT(PretrainedMixin, ClassTokenViT):
@@ -56,76 +56,7 @@ class DeiT(PretrainedMixin, ClassTokenViT):
         return self.norm(x)
 
 
-@register_model
-def deit_tiny(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 192,
-    num_heads: int = 3,
-    depth: int = 12,
-    drop_path_rate: float = 0.0,
-) -> DeiT:
-    """DeiT-Ti: D 192, 3 heads (ImageNet top-1 72.2)."""
-    return DeiT(**locals())
-
-
-@register_model
-def deit_small(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 384,
-    num_heads: int = 6,
-    depth: int = 12,
-    drop_path_rate: float = 0.0,
-) -> DeiT:
-    """DeiT-S: D 384, 6 heads (top-1 79.8)."""
-    return DeiT(**locals())
-
-
-@register_model
-def deit_base(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 768,
-    num_heads: int = 12,
-    depth: int = 12,
-    drop_path_rate: float = 0.0,
-) -> DeiT:
-    """DeiT-B: D 768, 12 heads (top-1 81.8)."""
-    return DeiT(**locals())
-
-
-@register_model
-def deit_tiny_patch2_32(
-    num_classes: int = 10,
-    img_size: int | tuple[int, int] = 32,
-    in_chans: int = 3,
-    patch_size: int = 2,
-    embed_dim: int = 192,
-    num_heads: int = 3,
-    depth: int = 12,
-    drop_path_rate: float = 0.0,
-) -> DeiT:
-    """DeiT-Ti on 32 px images with 2 px patches (the counterpart of convit_tiny_patch2_32)."""
-    return DeiT(**locals())
-
-
-@register_model
-def deit_tiny_patch4_32(
-    num_classes: int = 10,
-    img_size: int | tuple[int, int] = 32,
-    in_chans: int = 3,
-    patch_size: int = 4,
-    embed_dim: int = 192,
-    num_heads: int = 3,
-    depth: int = 12,
-    drop_path_rate: float = 0.0,
-) -> DeiT:
-    """DeiT-Ti on 32 px images with 4 px patches (the counterpart of convit_tiny_patch4_32)."""
-    return DeiT(**locals())
+# the arguments a DeiT preset lets its caller set, in the order a refusal lists them; mlp_ratio and
+# qkv_bias stay at DeiT's (timm's) defaults in every preset (build DeiT itself to change them)
+PRESET_OPTIONS = ("patch_size", "embed_dim", "num_heads", "depth", "drop_path_rate")
+FAMILIES.add("deit", Family(DeiT, options=PRESET_OPTIONS))
