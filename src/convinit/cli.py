@@ -81,9 +81,9 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from convinit.models.names import MODEL_NAMES  # a table: listing needs no torch
+    from convinit.models.presets import PRESETS  # a table: listing needs no torch
 
-    print("\n".join(MODEL_NAMES))
+    print("\n".join(sorted(PRESETS)))
     return 0
 
 

@@ -9,7 +9,8 @@ import torch
 
 from convinit.errors import ConfigError
 from convinit.models import create_model, record_attention
-from convinit.models.convit import GPSA, MHSA, ConViT, gpsa_layers, local_head_offsets, relative_indices
+from convinit.models.convit import GPSA, ConViT, gpsa_layers, local_head_offsets, relative_indices
+from convinit.models.layers import MHSA
 from convinit.models.registry import model_arguments
 
 SMALL = dict(num_classes=5, img_size=16, in_chans=3, patch_size=4, embed_dim=32, num_heads=4, depth=4)

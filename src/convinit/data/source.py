@@ -33,6 +33,7 @@ from convinit.data.streamed_loader import (
     sampled_statistics,
 )
 from convinit.errors import ConfigError
+from convinit.models.layers import pair
 
 # timm's defaults (ImageNet's statistics), for `folder_statistics(..., source="imagenet")`
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -166,10 +167,6 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
     augment = device_augmentation(cfg, dataset.mean, dataset.std, pair(img_size)).to(device)
     eval_transform = BatchAugment(dataset.mean, dataset.std, pair(img_size)).to(device)
     return DataSource("device", reason, train, test, augment, eval_transform, **common)
-
-
-def pair(size: int | tuple[int, int]) -> tuple[int, int]:
-    return (size, size) if isinstance(size, int) else tuple(size)
 
 
 def device_augmentation(cfg: TrainConfig, mean: tuple, std: tuple, img_size: tuple[int, int]) -> BatchAugment:

@@ -1,7 +1,8 @@
 """Model registry and architectures, imported on first use (`import convinit` needs no torch).
 
-`create_model`, `list_models` and `register_model` see every shipped preset: the registry imports the
-architecture modules (vit, convit, convmixer, deit) the first time it is asked.
+`create_model`, `list_models` and `register_model` see every shipped preset: the presets are a table
+(`presets.py`, no torch), and the registry imports the architecture modules (vit, convit, convmixer,
+deit) the first time a model is built.
 """
 
 from __future__ import annotations

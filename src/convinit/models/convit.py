@@ -34,11 +34,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from convinit.errors import ConfigError
-from convinit.models.layers import fused_linear, pair, patch_grid
+from convinit.models.layers import (
+    MHSA,
+    Block,
+    ClassTokenViT,
+    PatchEmbed,
+    check_heads,
+    drop_path_rates,
+    fused_linear,
+    init_linear,
+)
 from convinit.models.pretrained import PretrainedMixin
-from convinit.models.registry import register_model
-
-LN_EPS = 1e-6
+from convinit.models.registry import FAMILIES, Family
 
 
 def relative_indices(rows: int, cols: int) -> torch.Tensor:
@@ -66,92 +73,6 @@ def local_head_offsets(num_heads: int) -> list[tuple[float, float]]:
         for h2 in range(k):
             offsets[h1 + k * h2] = (h2 - c, h1 - c)
     return offsets
-
-
-class DropPath(nn.Module):
-    """Stochastic depth: drop a sample's whole residual branch with probability `rate` (training only)."""
-
-    def __init__(self, rate: float = 0.0):
-        super().__init__()
-        self.rate = rate
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.rate == 0.0 or not self.training:
-            return x
-        keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - self.rate)
-        return x * keep / (1.0 - self.rate)
-
-
-def drop_path_rates(rate: float, depth: int) -> list[float]:
-    """Stochastic depth rate of each block: linspace(0, rate, depth) (plain floats, so meta-device safe)."""
-    return [rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
-
-
-def check_heads(dim: int, num_heads: int) -> None:
-    if num_heads < 1 or dim % num_heads:
-        raise ConfigError(f"embed_dim {dim} is not divisible by num_heads {num_heads}; change one of them")
-
-
-def init_linear(layer: nn.Linear) -> None:
-    """timm/DeiT init: trunc-normal weights (std 0.02), zero bias."""
-    nn.init.trunc_normal_(layer.weight, std=0.02)
-    if layer.bias is not None:
-        nn.init.zeros_(layer.bias)
-
-
-class Mlp(nn.Module):
-    """fc1 -> GELU -> fc2 (timm naming; the block's norm2 sits outside)."""
-
-    def __init__(self, dim: int, hidden_dim: int):
-        super().__init__()
-        self.fc1 = nn.Linear(dim, hidden_dim)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden_dim, dim)
-        init_linear(self.fc1)
-        init_linear(self.fc2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
-
-
-class PatchEmbed(nn.Module):
-    """p x p patches -> D channels by a strided conv: (B, C, H, W) -> (B, N, D), patches row by row."""
-
-    def __init__(self, img_size: int | tuple[int, int], patch_size: int, in_chans: int, dim: int):
-        super().__init__()
-        self.grid = patch_grid(img_size, patch_size)  # (rows, cols)
-        self.proj = nn.Conv2d(in_chans, dim, kernel_size=patch_size, stride=patch_size)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.proj(images).flatten(2).transpose(1, 2)  # (B, N, D)
-
-
-class MHSA(nn.Module):
-    """Plain multi-head self-attention (timm naming `qkv`, `proj`): SDPA, or explicit maps when recording."""
-
-    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = False):
-        super().__init__()
-        check_heads(dim, num_heads)
-        self.num_heads = num_heads
-        self.scale = (dim // num_heads) ** -0.5
-        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
-        self.proj = nn.Linear(dim, dim)
-        init_linear(self.qkv)
-        init_linear(self.proj)
-        self.record = False
-        self.attention_map: torch.Tensor | None = None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, tokens, dim = x.shape
-        qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, dim // self.num_heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, d) each
-        if self.record:
-            attn = torch.softmax((q @ k.transpose(-2, -1)) * self.scale, dim=-1)  # (B, H, N, N)
-            self.attention_map = attn.detach()
-            out = attn @ v
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
-        return self.proj(out.transpose(1, 2).reshape(batch, tokens, dim))
 
 
 class GPSA(nn.Module):
@@ -280,23 +201,7 @@ class GPSA(nn.Module):
         return self.proj(out.reshape(batch, tokens, dim))
 
 
-class Block(nn.Module):
-    """Pre-norm block: x + DropPath(attn(LN(x))), then x + DropPath(mlp(LN(x)))."""
-
-    def __init__(self, dim: int, attn: nn.Module, mlp_ratio: float = 4.0, drop_path: float = 0.0):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=LN_EPS)
-        self.attn = attn
-        self.drop_path = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(dim, eps=LN_EPS)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x)))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
-
-
-class ConViT(PretrainedMixin, nn.Module):
+class ConViT(PretrainedMixin, ClassTokenViT):
     """ConViT (SPEC section 5): `local_up_to_layer` GPSA blocks on patches, then MHSA blocks + class token.
 
     A learnable absolute position embedding is added to the patches; the class token (no position
@@ -323,25 +228,16 @@ class ConViT(PretrainedMixin, nn.Module):
         freeze_gpsa: bool = False,
         drop_path_rate: float = 0.0,
     ):
-        super().__init__()
         if not 0 <= local_up_to_layer < depth:
             raise ConfigError(
                 f"local_up_to_layer must be in [0, depth) = [0, {depth}), got {local_up_to_layer}; "
                 f"at least one MHSA block must read the class token"
             )
-        if not 0.0 <= drop_path_rate < 1.0:
-            raise ConfigError(f"drop_path_rate must be in [0, 1), got {drop_path_rate}")
-        self.num_classes = num_classes
-        self.img_size = pair(img_size)
-        self.in_chans = in_chans
-        self.patch_size = patch_size
-        self.local_up_to_layer = local_up_to_layer
-        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim)
-        self.grid = self.patch_embed.grid  # (rows, cols)
-        num_patches = self.grid[0] * self.grid[1]
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches, embed_dim))
         rates = drop_path_rates(drop_path_rate, depth)
+        patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim)
+        # the class token joins late, without a position
+        super().__init__(patch_embed, pos_embed_covers_cls=False)
+        self.local_up_to_layer = local_up_to_layer
         self.blocks = nn.ModuleList()
         for i in range(depth):
             if i < local_up_to_layer:
@@ -358,16 +254,11 @@ class ConViT(PretrainedMixin, nn.Module):
             else:
                 attn = MHSA(embed_dim, num_heads)
             self.blocks.append(Block(embed_dim, attn, mlp_ratio, rates[i]))
-        self.norm = nn.LayerNorm(embed_dim, eps=LN_EPS)
-        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.add_head(embed_dim, num_classes)
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         if isinstance(self.head, nn.Linear):
             init_linear(self.head)
-
-    def no_weight_decay(self) -> set[str]:
-        """Parameters the DeiT recipe excludes from weight decay (besides 1-D ones)."""
-        return {"pos_embed", "cls_token"}
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         x = self.patch_embed(images) + self.pos_embed  # (B, N, D)
@@ -377,174 +268,16 @@ class ConViT(PretrainedMixin, nn.Module):
             x = block(x)
         return self.norm(x)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.forward_features(images)[:, 0])
-
 
 def gpsa_layers(model: nn.Module) -> list[GPSA]:
     """The model's GPSA modules in forward order."""
     return [m for m in model.modules() if isinstance(m, GPSA)]
 
 
-# Presets (SPEC section 5): 48 channels per head (Ti: H 4, S: H 9, B: H 16), "plus": 64 per head.
-# All: 12 blocks, 10 GPSA + 2 MHSA, patch 16 at 224 px; the CIFAR presets use patch 2 or 4 at 32 px.
-
-
-@register_model
-def convit_tiny(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 192,
-    num_heads: int = 4,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-Ti: D 192, 4 heads of 48 (ImageNet top-1 73.1 with the DeiT recipe)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_tiny_plus(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 256,
-    num_heads: int = 4,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-Ti+: D 256, 4 heads of 64 (top-1 76.7)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_small(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 432,
-    num_heads: int = 9,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-S: D 432, 9 heads of 48 (top-1 81.3)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_small_plus(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 576,
-    num_heads: int = 9,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-S+: D 576, 9 heads of 64 (top-1 82.2; the model of the paper's ablation table)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_base(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 768,
-    num_heads: int = 16,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-B: D 768, 16 heads of 48 (top-1 82.4)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_base_plus(
-    num_classes: int = 1000,
-    img_size: int | tuple[int, int] = 224,
-    in_chans: int = 3,
-    patch_size: int = 16,
-    embed_dim: int = 1024,
-    num_heads: int = 16,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-B+: D 1024, 16 heads of 64 (top-1 82.5)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_tiny_patch2_32(
-    num_classes: int = 10,
-    img_size: int | tuple[int, int] = 32,
-    in_chans: int = 3,
-    patch_size: int = 2,
-    embed_dim: int = 192,
-    num_heads: int = 4,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-Ti on 32 px images with 2 px patches (16 x 16 grid, N 256)."""
-    return ConViT(**locals())
-
-
-@register_model
-def convit_tiny_patch4_32(
-    num_classes: int = 10,
-    img_size: int | tuple[int, int] = 32,
-    in_chans: int = 3,
-    patch_size: int = 4,
-    embed_dim: int = 192,
-    num_heads: int = 4,
-    depth: int = 12,
-    local_up_to_layer: int = 10,
-    locality_strength: float = 1.0,
-    use_local_init: bool = True,
-    freeze_gate: bool = False,
-    freeze_gpsa: bool = False,
-    drop_path_rate: float = 0.0,
-) -> ConViT:
-    """ConViT-Ti on 32 px images with 4 px patches (8 x 8 grid, N 64)."""
-    return ConViT(**locals())
+# the arguments a ConViT preset lets its caller set, in the order a refusal lists them; mlp_ratio and
+# partial_local_init stay at ConViT's defaults in every preset (build ConViT itself to change them)
+PRESET_OPTIONS = (
+    "patch_size", "embed_dim", "num_heads", "depth", "local_up_to_layer", "locality_strength",
+    "use_local_init", "freeze_gate", "freeze_gpsa", "drop_path_rate",
+)  # fmt: skip
+FAMILIES.add("convit", Family(ConViT, options=PRESET_OPTIONS))

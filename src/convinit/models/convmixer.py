@@ -38,9 +38,9 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.filters import assign_heads, check_kernel_size, filter_bank, fixed_filter_scale
-from convinit.models.layers import patch_grid
+from convinit.models.layers import check_positive, patch_grid
 from convinit.models.pretrained import PretrainedMixin
-from convinit.models.registry import register_model
+from convinit.models.registry import FAMILIES, Family
 
 SPATIAL_MODES = "learned, random, impulse, ones, box-N, gaussian-V, softmax, perm, fullperm"
 BLOCKS = ("standard", "paper1")
@@ -191,9 +191,7 @@ class ConvMixer(PretrainedMixin, nn.Module):
         super().__init__()
         if block not in BLOCKS:
             raise ConfigError(f"ConvMixer block must be one of {', '.join(BLOCKS)}, got {block!r}")
-        for name, value in dict(dim=dim, depth=depth).items():
-            if value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value}")
+        check_positive(dim=dim, depth=depth)
         check_kernel_size(kernel_size)
         heads = dim if filter_heads is None else filter_heads
         if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
@@ -238,38 +236,5 @@ class ConvMixer(PretrainedMixin, nn.Module):
         return self.head(self.pool(x).flatten(1))
 
 
-@register_model
-def convmixer(
-    num_classes: int = 10,
-    img_size: int | tuple[int, int] = 32,
-    in_chans: int = 3,
-    dim: int = 512,
-    depth: int = 6,
-    kernel_size: int = 5,
-    patch_size: int = 2,
-    spatial: str = "learned",
-    filter_heads: int | None = None,
-    share_filters_across_layers: bool = False,
-    block: str = "standard",
-    filter_assignment: str = "balanced",
-) -> ConvMixer:
-    """ConvMixer-512/6, kernel 5, patch 2 on 32 px (paper 1's Fig. 4 configuration; also used: 256/8/k3).
-
-    block "standard" (Trockman & Kolter) or "paper1" (the official code behind paper 1's figures).
-    filter_assignment: how the `filter_heads` distinct filters go to channels, "balanced" (c mod heads,
-    convinit's default) or "random" (uniform with replacement, the official code's).
-    """
-    return ConvMixer(
-        num_classes=num_classes,
-        img_size=img_size,
-        in_chans=in_chans,
-        dim=dim,
-        depth=depth,
-        kernel_size=kernel_size,
-        patch_size=patch_size,
-        spatial=spatial,
-        filter_heads=filter_heads,
-        share_filters_across_layers=share_filters_across_layers,
-        block=block,
-        filter_assignment=filter_assignment,
-    )
+# a ConvMixer preset lets its caller set every argument (the spatial modes are options, not presets)
+FAMILIES.add("convmixer", Family(ConvMixer))

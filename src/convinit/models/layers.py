@@ -1,4 +1,9 @@
-"""Pieces shared by several models: patch embedding, sin-cos position embedding, attention, MLP.
+"""Pieces shared by several models: patches, position embeddings, attention, MLPs, blocks, DropPath.
+
+Two sets of names live here, each kept because a set of state dicts depends on it: SimpleViT's pieces
+(`FeedForward`, `Attention`: vit-pytorch's `to_qk`, `to_v`, `to_out`, `net`) and the timm-style pieces
+that ConViT and DeiT share (`PatchEmbed`, `MHSA`, `Mlp`, `Block`, `ClassTokenViT`: timm's `qkv`, `proj`,
+`fc1`, `fc2`, `norm1`, `cls_token`, `pos_embed`), so that a timm ConViT or DeiT state dict loads unchanged.
 
 Attention runs through `torch.nn.functional.scaled_dot_product_attention` (fused kernels on GPU, a
 single call on CPU). When a caller needs the attention maps themselves, `record_attention(model)`
@@ -72,6 +77,28 @@ def fused_linear(*layers: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]
     return weight, torch.cat(biases)
 
 
+def attend(layer: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T * layer.scale) @ v over (B, H, N, d) inputs: one SDPA call, or, while the layer
+    records (`record_attention`), the explicit product, keeping the (B, H, N, N) maps on the layer."""
+    if layer.record:
+        attn = torch.softmax((q @ k.transpose(-2, -1)) * layer.scale, dim=-1)  # (B, H, N, N)
+        layer.attention_map = attn.detach()
+        return attn @ v
+    return F.scaled_dot_product_attention(q, k, v, scale=layer.scale)
+
+
+def check_positive(**sizes: int) -> None:
+    """A ConfigError naming the first of `sizes` (dim=..., depth=...) that is not a positive integer."""
+    for name, value in sizes.items():
+        if value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value}")
+
+
+def check_heads(dim: int, num_heads: int) -> None:
+    if num_heads < 1 or dim % num_heads:
+        raise ConfigError(f"embed_dim {dim} is not divisible by num_heads {num_heads}; change one of them")
+
+
 class FeedForward(nn.Module):
     """Pre-norm MLP: LN -> Linear -> GELU -> Linear."""
 
@@ -123,14 +150,151 @@ class Attention(nn.Module):
         else:
             q, k = self.queries_keys(qk_input)
             v = self.split_heads(self.to_v(x))
-        if self.record:
-            attn = torch.softmax((q @ k.transpose(-2, -1)) * self.scale, dim=-1)  # (B, H, N, N)
-            self.attention_map = attn.detach()
-            out = attn @ v
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
-        out = out.transpose(1, 2).flatten(2)  # (B, N, H*d)
+        out = attend(self, q, k, v).transpose(1, 2).flatten(2)  # (B, N, H*d)
         return self.to_out(out)
+
+
+# timm-style pieces (ConViT, DeiT): timm's module names and init, LayerNorm eps 1e-6
+
+LN_EPS = 1e-6
+
+
+def init_linear(layer: nn.Linear) -> None:
+    """timm/DeiT init: trunc-normal weights (std 0.02), zero bias."""
+    nn.init.trunc_normal_(layer.weight, std=0.02)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: drop a sample's whole residual branch with probability `rate` (training only)."""
+
+    def __init__(self, rate: float = 0.0):
+        super().__init__()
+        self.rate = rate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rate == 0.0 or not self.training:
+            return x
+        keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - self.rate)
+        return x * keep / (1.0 - self.rate)
+
+
+def drop_path_rates(rate: float, depth: int) -> list[float]:
+    """Stochastic depth rate of each block: linspace(0, rate, depth) (plain floats, so meta-device safe).
+
+    A rate outside [0, 1) is a ConfigError: at 1 every residual branch would be dropped.
+    """
+    if not 0.0 <= rate < 1.0:
+        raise ConfigError(f"drop_path_rate must be in [0, 1), got {rate}")
+    return [rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
+
+
+class Mlp(nn.Module):
+    """fc1 -> GELU -> fc2 (timm naming; the block's norm2 sits outside)."""
+
+    def __init__(self, dim: int, hidden_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_dim, dim)
+        init_linear(self.fc1)
+        init_linear(self.fc2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class PatchEmbed(nn.Module):
+    """p x p patches -> D channels by a strided conv: (B, C, H, W) -> (B, N, D), patches row by row."""
+
+    def __init__(self, img_size: int | tuple[int, int], patch_size: int, in_chans: int, dim: int):
+        super().__init__()
+        self.img_size = pair(img_size)
+        self.patch_size = patch_size
+        self.in_chans = in_chans
+        self.dim = dim
+        self.grid = patch_grid(img_size, patch_size)  # (rows, cols)
+        self.proj = nn.Conv2d(in_chans, dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.proj(images).flatten(2).transpose(1, 2)  # (B, N, D)
+
+
+class MHSA(nn.Module):
+    """Plain multi-head self-attention (timm naming `qkv`, `proj`): SDPA, or explicit maps when recording."""
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = False):
+        super().__init__()
+        check_heads(dim, num_heads)
+        self.num_heads = num_heads
+        self.scale = (dim // num_heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        init_linear(self.qkv)
+        init_linear(self.proj)
+        self.record = False
+        self.attention_map: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, dim = x.shape
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, dim // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, d) each
+        return self.proj(attend(self, q, k, v).transpose(1, 2).reshape(batch, tokens, dim))
+
+
+class Block(nn.Module):
+    """Pre-norm block: x + DropPath(attn(LN(x))), then x + DropPath(mlp(LN(x)))."""
+
+    def __init__(self, dim: int, attn: nn.Module, mlp_ratio: float = 4.0, drop_path: float = 0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=LN_EPS)
+        self.attn = attn
+        self.drop_path = DropPath(drop_path)
+        self.norm2 = nn.LayerNorm(dim, eps=LN_EPS)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x)))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class ClassTokenViT(nn.Module):
+    """The frame ConViT and DeiT share: patch embedding, class token, learnable position embedding, then
+    the model's own `blocks`, a final LayerNorm and a linear head read at the class token (timm's names).
+
+    `__init__` takes the `patch_embed` and makes `cls_token` and `pos_embed` (over the patches, plus the
+    class token when `pos_embed_covers_cls`); the model then builds its `blocks` and calls `add_head`.
+    Modules are made in that order because the random initialisation draws in it: the same seed, the
+    same weights.
+    """
+
+    def __init__(self, patch_embed: PatchEmbed, pos_embed_covers_cls: bool):
+        super().__init__()
+        self.img_size = (
+            patch_embed.img_size
+        )  # the input the model was built for, which init and analysis read
+        self.in_chans = patch_embed.in_chans
+        self.patch_size = patch_embed.patch_size
+        self.patch_embed = patch_embed
+        self.grid = patch_embed.grid  # (rows, cols)
+        positions = int(pos_embed_covers_cls) + self.grid[0] * self.grid[1]
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, patch_embed.dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, positions, patch_embed.dim))
+
+    def add_head(self, embed_dim: int, num_classes: int) -> None:
+        """The final LayerNorm and the classifier (Identity for num_classes 0: a feature extractor)."""
+        self.num_classes = num_classes
+        self.norm = nn.LayerNorm(embed_dim, eps=LN_EPS)
+        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameters the DeiT recipe excludes from weight decay (besides 1-D ones)."""
+        return {"pos_embed", "cls_token"}
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits from the class token of the model's `forward_features`."""
+        return self.head(self.forward_features(images)[:, 0])
 
 
 class AttentionMaps(Mapping):

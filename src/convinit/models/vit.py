@@ -22,9 +22,17 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.models.layers import Attention, FeedForward, pair, patch_grid, patchify, posemb_sincos_2d
+from convinit.models.layers import (
+    Attention,
+    FeedForward,
+    check_positive,
+    pair,
+    patch_grid,
+    patchify,
+    posemb_sincos_2d,
+)
 from convinit.models.pretrained import PretrainedMixin
-from convinit.models.registry import register_model
+from convinit.models.registry import FAMILIES, Family
 
 QK_INPUTS = ("x", "blend", "free")
 POS_EMBEDS = ("input", "none")
@@ -137,11 +145,7 @@ class SimpleViT(PretrainedMixin, nn.Module):
         freeze_attention: bool = False,
     ):
         super().__init__()
-        for name, value in dict(
-            dim=dim, depth=depth, heads=heads, dim_head=dim_head, mlp_dim=mlp_dim
-        ).items():
-            if value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value}")
+        check_positive(dim=dim, depth=depth, heads=heads, dim_head=dim_head, mlp_dim=mlp_dim)
         self.alpha, self.pos_embed = check_vit_options(qk_input, alpha, pos_embed)
         self.qk_input = qk_input
         self.img_size = pair(img_size)
@@ -201,75 +205,5 @@ def logit_parameters(attn: nn.Module) -> list[nn.Parameter]:
     return [attn.to_qk.weight]
 
 
-@register_model
-def simplevit(
-    num_classes: int = 10,
-    img_size: int | tuple[int, int] = 32,
-    in_chans: int = 3,
-    patch_size: int = 2,
-    dim: int = 512,
-    depth: int = 6,
-    heads: int = 8,
-    dim_head: int = 64,
-    mlp_dim: int = 512,
-    attn_scale: float | None = None,
-    qk_input: str = "x",
-    alpha: float | None = None,
-    pos_embed: str | None = None,
-    freeze_attention: bool = False,
-) -> SimpleViT:
-    """SimpleViT, paper-1 configuration: D 512, depth 6, 8 heads of 64, MLP 512, patch 2 on 32 px.
-
-    qk_input "blend" (alpha 0.5: Model I, 0: Model II) or "free" (Model III) gives paper 1's variants.
-    """
-    return SimpleViT(
-        num_classes=num_classes,
-        img_size=img_size,
-        in_chans=in_chans,
-        patch_size=patch_size,
-        dim=dim,
-        depth=depth,
-        heads=heads,
-        dim_head=dim_head,
-        mlp_dim=mlp_dim,
-        attn_scale=attn_scale,
-        qk_input=qk_input,
-        alpha=alpha,
-        pos_embed=pos_embed,
-        freeze_attention=freeze_attention,
-    )
-
-
-@register_model
-def vit_tiny_patch2_32(
-    num_classes: int = 10,
-    img_size: int | tuple[int, int] = 32,
-    in_chans: int = 3,
-    patch_size: int = 2,
-    attn_scale: float | None = None,
-    qk_input: str = "x",
-    alpha: float | None = None,
-    pos_embed: str | None = None,
-    freeze_attention: bool = False,
-) -> SimpleViT:
-    """ViT-Ti/2 of the follow-up paper (SPEC section 6): D 192, depth 12, 3 heads of 64, MLP 768, 32 px.
-
-    No class token, fixed sin-cos position embedding, mean pooling (built as a SimpleViT, so it takes
-    the same Model I/II/III options).
-    """
-    return SimpleViT(
-        num_classes=num_classes,
-        img_size=img_size,
-        in_chans=in_chans,
-        patch_size=patch_size,
-        dim=192,
-        depth=12,
-        heads=3,
-        dim_head=64,
-        mlp_dim=768,
-        attn_scale=attn_scale,
-        qk_input=qk_input,
-        alpha=alpha,
-        pos_embed=pos_embed,
-        freeze_attention=freeze_attention,
-    )
+# a SimpleViT preset lets its caller set every argument (Models I/II/III are options, not presets)
+FAMILIES.add("vit", Family(SimpleViT))

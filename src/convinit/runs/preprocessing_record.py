@@ -13,10 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from convinit.runs.atomic import atomic_write_text
 from convinit.config import TrainConfig
+from convinit.data.source import DataSource
 from convinit.errors import ConfigError
-from convinit.data.source import DataSource, pair
+from convinit.models.layers import pair
+from convinit.runs.atomic import atomic_write_text
 
 RECORD = "preprocessing.json"
 STREAM_INTERPOLATION = "bicubic"  # StreamRecipe's, which the streamed path evaluates with

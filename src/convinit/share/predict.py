@@ -53,7 +53,7 @@ def model_input(paths: list[Path], model: nn.Module) -> torch.Tensor:
     `convinit.runs.preprocessing_record`), normalised with its mean and std; (N, C, H, W) float."""
     from convinit.data.augmentation.batch_augment import BatchAugment
     from convinit.data.image_files import decode_images
-    from convinit.data.source import pair
+    from convinit.models.layers import pair
 
     config = model.pretrained_config
     channels = model.model_kwargs["in_chans"]
