@@ -1,4 +1,5 @@
-"""Why the convolutional bias of an impulse-initialised blend ViT fades or collapses in training (SPEC 7).
+"""Why the convolutional bias of an impulse-initialised blend ViT fades or collapses in training
+(docs/method.md §7).
 
 For each run directory given (blend SimpleViT runs trained with `track=[init_quality]`), per layer,
 at step 0 and after the last epoch: target mass, best-offset mass and row entropy (the run's own

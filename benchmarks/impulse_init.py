@@ -1,4 +1,4 @@
-"""Impulse init on ViT-Ti/2 at 32 px: the closed form against paper 1's optimiser recipe (SPEC section 3).
+"""Impulse init on ViT-Ti/2 at 32 px: the closed form against paper 1's optimiser recipe (docs/method.md §3).
 
 Prints, never asserts. Targets for the closed form on `vit_tiny_patch2_32` (12 layers, 3 heads, 16 x 16
 grid): under 2 s, mean target mass >= 0.9, argmax agreement >= 0.99. The optimiser recipe (Adam lr 1e-4,

@@ -1,4 +1,4 @@
-"""The init_quality tracker (SPEC sections 3 and 7) against its definitions and the init report."""
+"""The init_quality tracker (docs/method.md §3 and §7) against its definitions and the init report."""
 
 from __future__ import annotations
 

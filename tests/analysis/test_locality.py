@@ -1,4 +1,4 @@
-"""Non-locality and gate trackers (SPEC section 5) against their definitions."""
+"""Non-locality and gate trackers (docs/method.md §5) against their definitions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ConViT's full-scale presets configure the recipe the paper states (SPEC section 5)."""
+"""ConViT's full-scale presets configure the recipe the paper states (docs/method.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Filter banks and convolution matrices (SPEC sections 1 and 3), checked against conv2d."""
+"""Filter banks and convolution matrices (docs/method.md §1 and §3), checked against conv2d."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Paper 1's optimiser recipe against a literal transcription of the official `impulse_init` (SPEC 3)."""
+"""Paper 1's optimiser recipe against a literal transcription of the official `impulse_init`
+(docs/method.md §3)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from convinit.models import create_model
 
 
 def official_impulse_init(heads, img_size, att_rank, ff, scale, spatial_pe, norm, num_epoch):
-    """SPEC section 3's description of the official function, line by line (CPU; steps as an argument)."""
+    """docs/method.md §3's description of the official function, line by line (CPU; steps as an argument)."""
     weight = torch.zeros((heads, img_size**2, img_size**2))
     k = torch.randint(0, ff**2, (heads,))
     for i in range(heads):

@@ -1,4 +1,4 @@
-"""ConViT and GPSA (SPEC section 5): local init, fast vs explicit path, timm parity, ablation switches."""
+"""ConViT and GPSA (docs/method.md §5): local init, fast vs explicit path, timm parity, ablation switches."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ConvMixer with fixed spatial filter modes (SPEC section 1)."""
+"""ConvMixer with fixed spatial filter modes (docs/method.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DeiT comparison ViT (SPEC section 5): forward, recording path, timm parity, presets."""
+"""DeiT comparison ViT (docs/method.md §5): forward, recording path, timm parity, presets."""
 
 from __future__ import annotations
 

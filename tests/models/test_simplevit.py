@@ -1,4 +1,4 @@
-"""SimpleViT (SPEC section 2) and the registry."""
+"""SimpleViT (docs/method.md §2) and the registry."""
 
 from __future__ import annotations
 

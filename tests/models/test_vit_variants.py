@@ -1,4 +1,4 @@
-"""Paper 1's Models I, II, III on SimpleViT and the ViT-Ti/2 preset (SPEC sections 2 and 6)."""
+"""Paper 1's Models I, II, III on SimpleViT and the ViT-Ti/2 preset (docs/method.md §2 and §6)."""
 
 from __future__ import annotations
 

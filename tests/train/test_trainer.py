@@ -38,7 +38,7 @@ def test_run_writes_config_metrics_and_checkpoints(tmp_path, tiny_overrides):
 
 
 def test_small_vit_learns_digits_well_above_chance(tmp_path, tiny_overrides):
-    # Chance is 10 %; this 2-layer ViT reaches ~70 % in 8 epochs (SPEC section 7 measures 45-60 % for
+    # Chance is 10 %; this 2-layer ViT reaches ~70 % in 8 epochs (docs/method.md §7 measures 45-60 % for
     # 20 epochs of a random-init ViT). 40 % fails any broken image/label pipeline with room for seeds.
     cfg = resolve_config(None, tiny_overrides + ["epochs=8", "lr=3e-3", "batch_size=50"])
     run = train(cfg, run_dir=tmp_path / "run", progress=False)

@@ -1,4 +1,4 @@
-"""GPSA gates g_h = sigmoid(lambda_h) per layer and head (ConViT paper, Fig. 6; SPEC section 5).
+"""GPSA gates g_h = sigmoid(lambda_h) per layer and head (ConViT paper, Fig. 6; docs/method.md §5).
 
 g near 1: the head attends by position (a soft convolution); g near 0: by content only. The paper
 sees late GPSA layers go to ~0 during training while early layers keep positional heads.

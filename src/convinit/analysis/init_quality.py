@@ -1,4 +1,4 @@
-"""How convolutional the attention is, followed through training (paper 1; SPEC sections 3 and 7).
+"""How convolutional the attention is, followed through training (paper 1; docs/method.md §3 and §7).
 
 An impulse init is measured once, at step 0, by its `init_report.json`. Whether the bias lasts is a
 question about every later step: `track=[init_quality]` measures, on a fixed batch of held-apart test

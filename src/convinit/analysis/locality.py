@@ -1,4 +1,4 @@
-"""Non-locality of attention: how far, in patches, each head looks (ConViT paper, SPEC section 5).
+"""Non-locality of attention: how far, in patches, each head looks (ConViT paper, docs/method.md §5).
 
 For one head with attention A over the patch grid,
 

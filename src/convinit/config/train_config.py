@@ -290,6 +290,12 @@ def coerce(key: str, value: Any, annotation: Any) -> Any:
 
 
 def check_values(cfg: TrainConfig) -> None:
+    """Every value within its range, in a fixed order (the first wrong one is the one refused)."""
+    check_choices_and_counts(cfg)
+    check_ranges(cfg)
+
+
+def check_choices_and_counts(cfg: TrainConfig) -> None:
     for key, options in CHOICES.items():
         value = getattr(cfg, key)
         if value not in options:
@@ -315,6 +321,9 @@ def check_values(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"config key 'crop_padding' must be at most {MAX_CROP_PADDING} pixels, got {cfg.crop_padding}"
         )
+
+
+def check_ranges(cfg: TrainConfig) -> None:
     nonnegative = [
         "weight_decay",
         "warmup_epochs",

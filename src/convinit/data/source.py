@@ -15,13 +15,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from PIL import Image
 
 from convinit.config import TrainConfig
 from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
-from convinit.data.datasets import dataset_options
+from convinit.data.datasets import ImageDataset, dataset_options
 from convinit.data.image_files import GRAYSCALE_MODES, UNREADABLE, unreadable_image
 from convinit.data.readers.folder import FolderSplits, folder_splits
 from convinit.data.streamed_loader import (
@@ -106,6 +107,34 @@ def sampled_shape(paths: list[Path]) -> tuple[int, tuple[int, int]]:
     return (1 if grey else 3), (height, width)
 
 
+def streamed_dataset(
+    cfg: TrainConfig,
+    dataset: ImageDataset,
+    keep: torch.Tensor,
+    reason: str,
+    common: dict[str, Any],
+    rank: int,
+    world_size: int,
+    device: torch.device,
+) -> DataSource:
+    """A decoded dataset served per sample through DataLoader workers (data_mode=stream)."""
+    img_size = common["img_size"]
+    recipe = stream_recipe(cfg, pair(img_size)[0], dataset.mean, dataset.std, dataset.in_chans)
+    train_set = StreamingImages(
+        dataset.train_images[keep], dataset.train_labels[keep], recipe.train_transform(), dataset.in_chans
+    )
+    test_set = StreamingImages(
+        dataset.test_images, dataset.test_labels, recipe.eval_transform(), dataset.in_chans
+    )
+    loaders = stream_loaders(cfg, train_set, test_set, rank, world_size, device)
+    init_set = StreamingImages(train_set.source, train_set.labels, recipe.eval_transform(), dataset.in_chans)
+    augment, eval_transform = (
+        recipe.device_augment(True).to(device),
+        recipe.device_augment(False).to(device),
+    )
+    return DataSource("stream", reason, *loaders, augment, eval_transform, **common, init_set=init_set)
+
+
 def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1) -> DataSource:
     """The run's DataSource; the mode is chosen before anything is decoded."""
     root = dataset_info(cfg.dataset).resolve_dir(cfg.data_dir)
@@ -134,22 +163,7 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
         train_size=len(keep),
     )
     if mode == "stream":
-        recipe = stream_recipe(cfg, pair(img_size)[0], dataset.mean, dataset.std, dataset.in_chans)
-        train_set = StreamingImages(
-            dataset.train_images[keep], dataset.train_labels[keep], recipe.train_transform(), dataset.in_chans
-        )
-        test_set = StreamingImages(
-            dataset.test_images, dataset.test_labels, recipe.eval_transform(), dataset.in_chans
-        )
-        loaders = stream_loaders(cfg, train_set, test_set, rank, world_size, device)
-        init_set = StreamingImages(
-            train_set.source, train_set.labels, recipe.eval_transform(), dataset.in_chans
-        )
-        augment, eval_transform = (
-            recipe.device_augment(True).to(device),
-            recipe.device_augment(False).to(device),
-        )
-        return DataSource("stream", reason, *loaders, augment, eval_transform, **common, init_set=init_set)
+        return streamed_dataset(cfg, dataset, keep, reason, common, rank, world_size, device)
     train = DeviceLoader(
         dataset.train_images[keep],
         dataset.train_labels[keep],

@@ -3,7 +3,8 @@
 The device-resident path (`data/device_loader.py`) decodes a whole dataset once; ImageNet (1.28 M
 images, about 190 GB even at 224 px uint8) does not fit. Here images stay on disk at their own size,
 and DataLoader workers decode and augment each one on its own, with timm's transforms: the reference
-that DeiT's (and ConViT's) recipe is defined by, used as they are rather than re-implemented (SPEC section 5).
+that DeiT's (and ConViT's) recipe is defined by, used as they are rather than re-implemented
+(docs/method.md §5).
 
 The split is timm's own prefetcher split (`create_transform(use_prefetcher=True)`): workers crop, flip
 and apply RandAugment, and ship uint8 (a quarter of float32's bytes); normalisation and random erasing

@@ -2,7 +2,7 @@
 
 `fraction` keeps floor(f * n_c) images of each class c (at least one); `per_class` keeps exactly n.
 `order="random"` draws them with a seeded permutation; `order="first"` keeps the first ones in file
-order, which is ConViT's protocol for its ImageNet subsets (SPEC section 5).
+order, which is ConViT's protocol for its ImageNet subsets (docs/method.md §5).
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """`convinit demo`: the one-command answer on the embedded digits set.
 
 Trains side by side, with the same data, optimiser and budget: a small ViT with random, mimetic and
-impulse initialisation (paper 1; Q/K see alpha*LN(x) + (1-alpha)*P with alpha 0.1, SPEC section 3),
+impulse initialisation (paper 1; Q/K see alpha*LN(x) + (1-alpha)*P with alpha 0.1, docs/method.md §3),
 a standard ViT for reference, a small ConViT and its DeiT twin (paper 2) and a ConvMixer with frozen
 impulse filters (the CNN reference). Writes a report directory: report.md, results.csv, curves.png and
 attention maps at initialisation and after training.
 
 Why these sizes: digits is 8x8 with 1,000 training images; one-pixel patches give a 8x8 grid (64
 tokens), enough for 3x3 convolutional structure to matter, and width 64 / depth 4 / 4 heads train at
-hundreds of images per second on 2 CPU cores, so each model takes well under a minute (SPEC section 7
+hundreds of images per second on 2 CPU cores, so each model takes well under a minute (docs/method.md §7
 measured the effect as large and visible at this scale).
 """
 

@@ -1,7 +1,7 @@
 """Data-efficiency curves: test accuracy against the number of training images, per method.
 
 For each method, fraction and seed: train on a stratified subset of `fraction` of the training set
-(optionally with epochs scaled by 1/fraction, ConViT's protocol, SPEC section 5), then plot final
+(optionally with epochs scaled by 1/fraction, ConViT's protocol, docs/method.md §5), then plot final
 test accuracy against training images and report the area between each method's curve and the
 first method's, averaged over log10(images): "how many points better, on average over data sizes".
 """

@@ -1,4 +1,4 @@
-"""Paired per-seed differences between two rows of a report, with a 95 % t interval (SPEC section 6).
+"""Paired per-seed differences between two rows of a report, with a 95 % t interval (docs/method.md §6).
 
 Seeds fix a run's initial weights and data order, so the same seed in two rows is a matched pair: the
 difference of their final accuracies removes what the seed alone explains. Over n shared seeds,

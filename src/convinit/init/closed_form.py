@@ -1,9 +1,9 @@
-"""Closed-form impulse factors that survive image content (SPEC sections 3 and 7).
+"""Closed-form impulse factors that survive image content (docs/method.md §3 and §7).
 
 The follow-up paper's closed form solves X Wq Wk^T X^T * scale = L (target logits) through a pseudo-
 inverse of the position-only input X. On real images the layer sees X + E, E the image content; every
 direction of X the fit keeps must carry more position than content, or content takes over the logits
-(with the sin-cos P, its weakest directions are 10-20x weaker than LN(x): SPEC section 7).
+(with the sin-cos P, its weakest directions are 10-20x weaker than LN(x): docs/method.md §7).
 
 So the fit works in the metric of the content: with S the position-dependent mean of the Q/K input
 (N, D) and C the covariance of what is left (D, D, per token), it whitens by C (Z = S C^-1/2), keeps

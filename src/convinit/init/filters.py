@@ -1,4 +1,4 @@
-"""Spatial filter banks and their convolution matrices (SPEC sections 1 and 3).
+"""Spatial filter banks and their convolution matrices (docs/method.md §1 and §3).
 
 Shared by the ConvMixer filter modes and the impulse initialisation of attention. A k x k filter
 `w` acts on an s x s (or rows x cols) patch grid as conv2d does (cross-correlation, zero padding k//2):
@@ -40,8 +40,8 @@ def kernel_offsets(kernel_size: int) -> list[Offset]:
 def centre_first_offsets(kernel_size: int) -> list[Offset]:
     """The kernel's offsets ordered centre first, then by distance from the centre, ties in raster order.
 
-    The follow-up paper's deterministic order (SPEC section 3); cycle it with index layer*heads + head
-    so that every offset is used across layers (SPEC section 7).
+    The follow-up paper's deterministic order (docs/method.md §3); cycle it with index layer*heads + head
+    so that every offset is used across layers (docs/method.md §7).
     """
     return sorted(kernel_offsets(kernel_size), key=lambda o: (o[0] ** 2 + o[1] ** 2, o[0], o[1]))
 
@@ -73,7 +73,7 @@ def impulse_filter(kernel_size: int, offset: Offset | None = None, generator: to
 
 
 def box_filter(kernel_size: int, taps: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """`taps` distinct random taps = 1 (SPEC section 1 `box-n`); taps = k*k is the all-ones filter."""
+    """`taps` distinct random taps = 1 (docs/method.md §1 `box-n`); taps = k*k is the all-ones filter."""
     k2 = check_kernel_size(kernel_size) ** 2
     if not 1 <= taps <= k2:
         raise ConfigError(f"box filter needs 1 <= n <= {k2} taps for kernel_size {kernel_size}, got {taps}")
@@ -169,7 +169,7 @@ def fixed_filter_scale(filt: torch.Tensor, kernel_size: int) -> float:
     the `standard` ConvMixer block (impulse * sqrt(1/k), box-n * sqrt(1/(n*k)), Gaussians the same).
 
     Not the official code's: that hard-codes 3 whatever k is (impulse * sqrt(1/3), box-n * sqrt(1/(3n));
-    SPEC section 1), which the `paper1` block uses (`PAPER1_SCALE` in `convinit.models.convmixer`).
+    docs/method.md §1), which the `paper1` block uses (`PAPER1_SCALE` in `convinit.models.convmixer`).
     """
     return math.sqrt(1.0 / kernel_size) / float(filt.norm())
 

@@ -1,4 +1,4 @@
-"""Attention maps measured where they matter: real forward passes of real images (SPEC section 7).
+"""Attention maps measured where they matter: real forward passes of real images (docs/method.md §7).
 
 A map fitted on a position-only pseudo-input (P or LN(P)) says little about the map the layer
 computes once image content enters its Q/K input (alpha * LN(x) + (1 - alpha) * P, or LN(x + P)).

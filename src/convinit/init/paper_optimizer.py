@@ -1,4 +1,5 @@
-"""Paper 1's optimiser recipe for impulse Q/K, exactly as the official `impulse_init` runs it (SPEC 3).
+"""Paper 1's optimiser recipe for impulse Q/K, exactly as the official `impulse_init` runs it
+(docs/method.md §3).
 
 Wq (H, D, r) and Wk (H, r, D) start U(+-sqrt(1/(r H))); Adam (lr 1e-4) for 10,000 steps on
 MSE(softmax(X Wq Wk X^T * scale), T) with scale 0.1. At step 0 and every `renorm_every` (100) steps,

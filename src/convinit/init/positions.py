@@ -3,7 +3,7 @@
 timm and transformers ViTs draw their position embedding truncated-normal with std 0.02. Next to the
 patch embedding (std about 1 after the block's LayerNorm) that carries almost no position: a fit on
 norm1(x + pos) finds no direction where position outweighs content and the maps stay at chance on real
-images (0.02-0.05 target mass, SPEC section 7). Two remedies, measured on real held-apart images
+images (0.02-0.05 target mass, docs/method.md §7). Two remedies, measured on real held-apart images
 (`docs/own-models.md`, timm ViT-Ti at 32 px / patch 4 and D 64 depth 4 models on Fashion-MNIST and
 digits):
 

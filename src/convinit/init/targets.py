@@ -1,4 +1,4 @@
-"""Impulse targets of one layer and how well a map hits them (SPEC sections 3 and 7)."""
+"""Impulse targets of one layer and how well a map hits them (docs/method.md §3 and §7)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from convinit.init.filters import (
 
 
 def layer_offsets(mode: str, kernel_size: int, layer: int, heads: int, generator=None) -> list[Offset]:
-    """The H target offsets of one layer (SPEC sections 3 and 7).
+    """The H target offsets of one layer (docs/method.md §3 and §7).
 
     random: uniform over the k*k taps (paper 1), a fresh draw per call. centre_first: the centre-first
     order cycled by layer * heads + head, so that deeper layers use the other offsets.

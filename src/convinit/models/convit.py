@@ -1,4 +1,4 @@
-"""ConViT: gated positional self-attention (GPSA) initialised as a convolution (SPEC section 5).
+"""ConViT: gated positional self-attention (GPSA) initialised as a convolution (docs/method.md §5).
 
 A GPSA head mixes two attention maps with a learned gate g_h = sigmoid(lambda_h):
 
@@ -61,7 +61,7 @@ def relative_indices(rows: int, cols: int) -> torch.Tensor:
 
 
 def local_head_offsets(num_heads: int) -> list[tuple[float, float]]:
-    """The (dx, dy) offset each locally initialised head attends to (official layout, SPEC section 5).
+    """The (dx, dy) offset each locally initialised head attends to (official layout, docs/method.md §5).
 
     k = int(sqrt(H)), centre c = (k - 1) / 2 for even k else k // 2; head p = h1 + k * h2 gets
     (dx, dy) = (h2 - c, h1 - c). Heads beyond k*k have no offset (they keep random rows).
@@ -76,7 +76,7 @@ def local_head_offsets(num_heads: int) -> list[tuple[float, float]]:
 
 
 class GPSA(nn.Module):
-    """Gated positional self-attention on a fixed patch grid (SPEC section 5).
+    """Gated positional self-attention on a fixed patch grid (docs/method.md §5).
 
     Options for the paper's ablations: `use_local_init=False` keeps the random (trunc-normal) init of
     v and pos_proj; `freeze_gate` stops lambda from training (the gate stays sigmoid(1) = 0.73);
@@ -134,7 +134,7 @@ class GPSA(nn.Module):
 
     @torch.no_grad()
     def local_init(self) -> None:
-        """v = I; pos_proj row p = alpha * [2(h2 - c), 2(h1 - c), -1] (official layout, SPEC section 5).
+        """v = I; pos_proj row p = alpha * [2(h2 - c), 2(h1 - c), -1] (official layout, docs/method.md §5).
 
         The positional logit of head p is then -alpha * ||delta - Delta_p||^2 + const: a soft
         convolution tap at offset Delta_p. As in the official code, the whole weight (also rows
@@ -202,7 +202,7 @@ class GPSA(nn.Module):
 
 
 class ConViT(PretrainedMixin, ClassTokenViT):
-    """ConViT (SPEC section 5): `local_up_to_layer` GPSA blocks on patches, then MHSA blocks + class token.
+    """ConViT (docs/method.md §5): `local_up_to_layer` GPSA blocks on patches, then MHSA blocks + class token.
 
     A learnable absolute position embedding is added to the patches; the class token (no position
     embedding) is concatenated just before the first MHSA block, whose output at the class token

@@ -1,4 +1,4 @@
-"""ConvMixer with fixed spatial filters (paper 1, Fig. 4 and appendix Table 6; SPEC section 1).
+"""ConvMixer with fixed spatial filters (paper 1, Fig. 4 and appendix Table 6; docs/method.md §1).
 
 Stem: Conv(p x p, stride p) -> GELU -> BN. Head: global average pool -> Linear. Two blocks (`block`):
 
@@ -170,7 +170,7 @@ class Residual(nn.Module):
 
 
 class ConvMixer(PretrainedMixin, nn.Module):
-    """ConvMixer (Trockman & Kolter) with the fixed spatial filter modes of paper 1 (SPEC section 1)."""
+    """ConvMixer (Trockman & Kolter) with the fixed spatial filter modes of paper 1 (docs/method.md §1)."""
 
     def __init__(
         self,

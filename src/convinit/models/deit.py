@@ -1,4 +1,4 @@
-"""DeiT: the plain ViT with a class token that ConViT is compared with (SPEC section 5).
+"""DeiT: the plain ViT with a class token that ConViT is compared with (docs/method.md §5).
 
 Every block is MHSA; the class token is prepended before the first block and the learnable position
 embedding covers it too. Widths follow the DeiT paper (Ti: D 192, 3 heads; S: D 384, 6 heads; B: D

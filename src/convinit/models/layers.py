@@ -51,7 +51,7 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
 
 
 def posemb_sincos_2d(rows: int, cols: int, dim: int, temperature: float = 10000.0) -> torch.Tensor:
-    """Fixed 2-D sin-cos position embedding P, shape (rows*cols, dim) (SPEC section 2).
+    """Fixed 2-D sin-cos position embedding P, shape (rows*cols, dim) (docs/method.md §2).
 
     omega_i = 1 / temperature^(i / (dim/4 - 1)); columns are [sin x, cos x, sin y, cos y].
     """

@@ -1,4 +1,4 @@
-"""SimpleViT (SPEC section 2), the paper-1 baseline, and paper 1's Models I, II and III.
+"""SimpleViT (docs/method.md §2), the paper-1 baseline, and paper 1's Models I, II and III.
 
 patchify -> LN -> Linear -> LN, plus a fixed 2-D sin-cos position embedding P; pre-norm blocks with
 bias-free Q/K/V; final LN; mean pooling; linear head. No class token.
@@ -39,7 +39,7 @@ POS_EMBEDS = ("input", "none")
 
 
 class FreeAttention(nn.Module):
-    """Model III attention (SPEC section 2): maps are free per-head parameters, V comes from the input.
+    """Model III attention (docs/method.md §2): maps are free per-head parameters, V comes from the input.
 
     The factors start normal with std 3^-1/2, the std of q and k entries that a default-initialised
     nn.Linear gives on LayerNorm-ed input, so random Model III maps look like random SimpleViT maps.
@@ -124,7 +124,7 @@ def check_vit_options(qk_input: str, alpha: float | None, pos_embed: str | None)
 
 
 class SimpleViT(PretrainedMixin, nn.Module):
-    """The SimpleViT of Beyer et al. as used by paper 1, with Models I/II/III (SPEC section 2)."""
+    """The SimpleViT of Beyer et al. as used by paper 1, with Models I/II/III (docs/method.md §2)."""
 
     def __init__(
         self,
@@ -155,7 +155,8 @@ class SimpleViT(PretrainedMixin, nn.Module):
         tokens = self.grid[0] * self.grid[1]
         patch_dim = in_chans * patch_size * patch_size
         # LN over a 1-value patch (one grey pixel) maps every input to its bias and erases the image,
-        # so SimpleViT's patch LN is skipped there (digits with patch 1); elsewhere it is as in SPEC 2.
+        # so SimpleViT's patch LN is skipped there (digits with patch 1); elsewhere it is as in
+        # docs/method.md §2.
         self.patch_embed = nn.Sequential(
             nn.LayerNorm(patch_dim) if patch_dim > 1 else nn.Identity(),
             nn.Linear(patch_dim, dim),

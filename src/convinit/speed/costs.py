@@ -1,9 +1,9 @@
 """The two costs the papers' code is known for: impulse initialisation, and GPSA's positional attention.
 
-Impulse init (SPEC section 3): the closed-form solver on all of `vit_tiny_patch2_32` (without images,
+Impulse init (docs/method.md §3): the closed-form solver on all of `vit_tiny_patch2_32` (without images,
 and fitted on 64 real images with its real-pass report), and paper 1's
 optimiser recipe per step on one layer (its 10,000 steps are projected from the per-step time).
-GPSA (SPEC section 5): one GPSA layer's forward + backward beside an MHSA layer of the same shape, and
+GPSA (docs/method.md §5): one GPSA layer's forward + backward beside an MHSA layer of the same shape, and
 the positional map alone (computed once per forward, shared by the batch).
 """
 

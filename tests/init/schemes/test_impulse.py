@@ -1,4 +1,4 @@
-"""Impulse initialisation (SPEC section 3): maps that start as impulse convolution matrices."""
+"""Impulse initialisation (docs/method.md §3): maps that start as impulse convolution matrices."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Mimetic initialisation (SPEC section 4): Wq Wk^T ~ a1 Z + b1 I, Wv Wproj ~ a2 Z - b2 I."""
+"""Mimetic initialisation (docs/method.md §4): Wq Wk^T ~ a1 Z + b1 I, Wv Wproj ~ a2 Z - b2 I."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """RandAugment on a whole batch on the device, each sample its own operations, with timm's definitions.
 
-DeiT's `rand-m9-mstd0.5-inc1` (timm `auto_augment.py`, SPEC section 5) means, for every image: draw 2 of
+DeiT's `rand-m9-mstd0.5-inc1` (timm `auto_augment.py`, docs/method.md §5) means, for every image: draw 2 of
 the 15 "increasing" operations (with replacement); apply each with probability 0.5, at magnitude
 N(9, 0.5) clipped to [0, 10] on timm's 0-10 scale (m 9: rotations up to +-27 degrees); signed
 operations flip their sign with probability 0.5; geometric ones fill with the dataset mean.

@@ -1,6 +1,6 @@
 """torchvision's RandAugment (paper 1's augmented recipe) per sample on a batch, with no host read.
 
-Paper 1's recipe is torchvision's RandAugment(2, 14) (SPEC section 6): magnitude bin 14 of 31 on a 0-30
+Paper 1's recipe is torchvision's RandAugment(2, 14) (docs/method.md §6): magnitude bin 14 of 31 on a 0-30
 scale, every drawn operation applied, signed ones negated with probability 0.5, nearest interpolation,
 fill 0. torchvision applies it to one image at a time, and its equalize loops over images and channels
 with `if` on tensors (two host reads per channel). Here every sample draws its own operation and a round

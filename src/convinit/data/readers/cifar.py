@@ -19,7 +19,7 @@ from convinit.errors import DataError
 if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
     import torch
 
-# SPEC section 6: normalisation constants of the papers' code.
+# docs/method.md §6: normalisation constants of the papers' code.
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2471, 0.2435, 0.2616)
 

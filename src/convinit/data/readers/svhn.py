@@ -16,7 +16,7 @@ from convinit.errors import DataError
 if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
     import torch
 
-SVHN_MEAN = (0.4377, 0.4438, 0.4728)  # SPEC section 6
+SVHN_MEAN = (0.4377, 0.4438, 0.4728)  # docs/method.md §6
 SVHN_STD = (0.1980, 0.2010, 0.1970)
 FILES = {"train": "train_32x32.mat", "test": "test_32x32.mat"}
 

@@ -1,4 +1,4 @@
-"""Impulse initialisation: attention maps that start as random impulse convolutions (SPEC section 3).
+"""Impulse initialisation: attention maps that start as random impulse convolutions (docs/method.md §3).
 
 Each head h of each layer gets a k x k impulse filter, i.e. an offset (dy, dx), and its N x N
 convolution matrix T_h is the target map (`convinit.init.targets`). Q/K weights are chosen so that
@@ -153,6 +153,42 @@ def parse_options(options: dict[str, Any]) -> ImpulseOptions:
 
 
 @register_scheme("impulse")
+def fit_every_layer(
+    model: nn.Module,
+    slots: list,
+    opts: ImpulseOptions,
+    images: torch.Tensor | None,
+    shared: list | None,
+    generator: torch.Generator | None,
+) -> tuple[list, list, list, int, int]:
+    """Fit the layers in forward order, each on the Q/K input it really receives once the layers before
+    it are final (`BlockRunner`), and measure each right after its fit on the fitted and the held-apart
+    images: (per-layer fits, figures on the fitted images, on the held-apart ones, images measured,
+    images held apart)."""
+    cache = FitCache()
+    fitted, held = (None, None) if images is None else split_batch(images, opts.held_out, slots[0].grid)
+    runner = None if images is None else BlockRunner(model, slots, torch.cat([fitted, held]))
+    measured = 0 if images is None else len(images_for(MEASURE_TOKENS, slots[0].grid, fitted))
+    layers, on_fitted, on_held = [], [], []
+    try:
+        for index, slot in enumerate(slots):
+            offsets = shared or layer_offsets(
+                opts.offsets, opts.kernel_size, slot.layer, slot.heads, generator
+            )
+            x = None if runner is None or slot.free is not None else runner.qk_input(index)  # (B, T, D)
+            real = x[: len(fitted)] if x is not None and opts.solver == "closed_form" else None
+            layers.append(init_layer(slot, Targets.build(offsets, slot.grid), opts, cache, generator, real))
+            if runner is not None:  # the layer is final: measure it on both parts, then run it
+                on_fitted.append(layer_quality(slot, None if x is None else x[:measured], offsets))
+                on_held.append(layer_quality(slot, None if x is None else x[len(fitted) :], offsets))
+                if index + 1 < len(slots):
+                    runner.advance(index)
+    finally:
+        if runner is not None:
+            runner.close()
+    return layers, on_fitted, on_held, measured, 0 if held is None else len(held)
+
+
 def impulse_init(
     model: nn.Module,
     *,
@@ -161,7 +197,7 @@ def impulse_init(
     images: torch.Tensor | None = None,
     **options: Any,
 ) -> dict[str, Any]:
-    """Initialise every attention layer's maps to random impulse convolutions (SPEC section 3).
+    """Initialise every attention layer's maps to random impulse convolutions (docs/method.md §3).
 
     Options (`ImpulseOptions`): solver "closed_form" | "optimize"; kernel_size (5, paper 1); offsets
     "random" (paper 1: uniform over the k*k taps) | "centre_first"; share_offsets (False: fresh filters
@@ -201,32 +237,14 @@ def impulse_init(
     shared = None  # share_offsets: one draw (random) or the order restarted (centre_first) in every layer
     if opts.share_offsets:
         shared = layer_offsets(opts.offsets, opts.kernel_size, 0, slots[0].heads, generator)
-    cache = FitCache()
-    fitted, held = (None, None) if images is None else split_batch(images, opts.held_out, slots[0].grid)
-    runner = None if images is None else BlockRunner(model, slots, torch.cat([fitted, held]))
-    measured = 0 if images is None else len(images_for(MEASURE_TOKENS, slots[0].grid, fitted))
-    layers, on_fitted, on_held = [], [], []
-    try:
-        for index, slot in enumerate(slots):
-            offsets = shared or layer_offsets(
-                opts.offsets, opts.kernel_size, slot.layer, slot.heads, generator
-            )
-            x = None if runner is None or slot.free is not None else runner.qk_input(index)  # (B, T, D)
-            real = x[: len(fitted)] if x is not None and opts.solver == "closed_form" else None
-            layers.append(init_layer(slot, Targets.build(offsets, slot.grid), opts, cache, generator, real))
-            if runner is not None:  # the layer is final: measure it on both parts, then run it
-                on_fitted.append(layer_quality(slot, None if x is None else x[:measured], offsets))
-                on_held.append(layer_quality(slot, None if x is None else x[len(fitted) :], offsets))
-                if index + 1 < len(slots):
-                    runner.advance(index)
-    finally:
-        if runner is not None:
-            runner.close()
+    layers, on_fitted, on_held, measured, held_count = fit_every_layer(
+        model, slots, opts, images, shared, generator
+    )
     report = summarise(layers, slots[0], opts)
     if position is not None:
         report["position"] = position
     if images is not None:
-        report.update(real_pass_reports(slots[0], on_fitted, measured, on_held, len(held)))
+        report.update(real_pass_reports(slots[0], on_fitted, measured, on_held, held_count))
     return report
 
 

@@ -1,4 +1,4 @@
-"""Mimetic initialisation (Trockman & Kolter 2023), the baseline of paper 1 (SPEC section 4).
+"""Mimetic initialisation (Trockman & Kolter 2023), the baseline of paper 1 (docs/method.md §4).
 
 Pretrained ViTs have Wq_h Wk_h^T close to a positive multiple of I plus noise, and Wv Wproj close to a
 negative multiple of I. Mimetic init builds those products directly and factors them by SVD:
@@ -10,7 +10,7 @@ with Z uniform of variance 1/D, left factor U sqrt(S) and right factor sqrt(S) V
 (Model I/II) layer the Q/K input contains P, so the map starts near softmax(b1 * P P^T * scale):
 peaked on each patch and its neighbours. For Model III (qk_input "free") there is no Wq, Wk: the same
 recipe is applied in token space, Q_h K_h ~ a1 * Z1 + b1 * I (N x N, Z of variance 1/N), rank r.
-Paper 1's tables were made with a weaker variant (`variant="paper1"`, official `vit.py`, SPEC section 4):
+Paper 1's tables were made with a weaker variant (`variant="paper1"`, official `vit.py`, docs/method.md §4):
 Q/K only (V/proj keep their default init), W_h = 0.7 * sqrt(1/D) * U(-1, 1) + 0.7 * I, i.e. noise of
 variance 1/(3D) instead of 1/D, drawn for all heads at once, rank-d SVD factors.
 Works on the models `convinit.init.attention_sites.attention_slots` supports (timm-layout ViTs: the q/k
@@ -118,7 +118,7 @@ def mimetic_init(
     variant: str = "trockman_kolter",
     seed: int | None = None,
 ) -> dict[str, Any]:
-    """Mimetic init of every attention layer (SPEC section 4).
+    """Mimetic init of every attention layer (docs/method.md §4).
 
     variant "trockman_kolter" (a1, b1, a2, b2; V/proj too unless value_proj=False) or "paper1" (Q/K
     only, noise variance 1/(3D), the baseline paper 1's tables used). Reports per layer the rms of the
