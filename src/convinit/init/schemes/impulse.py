@@ -152,7 +152,6 @@ def parse_options(options: dict[str, Any]) -> ImpulseOptions:
     return ImpulseOptions(**options)
 
 
-@register_scheme("impulse")
 def fit_every_layer(
     model: nn.Module,
     slots: list,
@@ -189,6 +188,7 @@ def fit_every_layer(
     return layers, on_fitted, on_held, measured, 0 if held is None else len(held)
 
 
+@register_scheme("impulse")
 def impulse_init(
     model: nn.Module,
     *,
