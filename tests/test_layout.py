@@ -14,10 +14,11 @@ def test_the_package_root_holds_only_the_entry_points():
     assert loose == ["__init__.py", "__main__.py", "cli.py", "errors.py"]
 
 
-def test_every_folder_of_the_package_says_what_it_holds():
-    for init in PACKAGE.rglob("__init__.py"):
-        if "configs" in init.parts:
-            continue
+def test_every_folder_of_the_package_is_a_package_that_says_what_it_holds():
+    folders = {path.parent for path in PACKAGE.rglob("*.py")}
+    for folder in sorted(folders):
+        init = folder / "__init__.py"
+        assert init.is_file(), f"{folder.relative_to(PACKAGE)}/ has no __init__.py"
         assert ast.get_docstring(ast.parse(init.read_text())), f"{init.relative_to(PACKAGE)} has no docstring"
 
 

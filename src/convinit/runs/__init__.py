@@ -1,0 +1,2 @@
+"""A run folder's life: layout, ownership, atomic files, checkpoints, metrics, signals, loggers,
+provenance and the preprocessing record."""
