@@ -29,3 +29,28 @@ def test_a_reader_file_added_to_the_readers_package_registers_its_dataset_with_n
         assert list_datasets() == sorted([*shipped, "dropped-set"])
         assert dataset_info("dropped-set").how_to_obtain == "it is made up"
     assert list_datasets() == shipped
+
+
+def test_a_declared_shape_is_what_the_reader_reads():
+    """Validation plans the model and the largest batch from `DatasetInfo.shape` before reading: it must be
+    what the reader gives (checked on every set with a declared shape that is readable here)."""
+    from convinit.data.datasets import check_available, load_dataset
+
+    checked = []
+    for name in list_datasets():
+        known = dataset_info(name).shape
+        if known is None:
+            continue
+        try:
+            check_available(name, None, False)
+        except Exception:
+            continue
+        dataset = load_dataset(name)
+        assert (dataset.num_classes, dataset.in_chans, dataset.img_size, len(dataset.train_labels)) == (
+            known.num_classes,
+            known.in_chans,
+            (known.side, known.side),
+            known.train_images,
+        ), name
+        checked.append(name)
+    assert "digits" in checked

@@ -77,6 +77,17 @@ def files_missing(*names: str) -> Callable[[Path], list[str]]:
     return lambda root: [name for name in names if not (root / name).exists()]
 
 
+@dataclass(frozen=True)
+class KnownShape:
+    """What a fixed-format dataset always holds, known without reading it: validation plans the model
+    and sizes the largest batch from it before any data is decoded."""
+
+    num_classes: int
+    in_chans: int
+    side: int  # images are side x side pixels
+    train_images: int
+
+
 @dataclass
 class DatasetInfo:
     """A registered dataset: how to read it, where it lives by default and how to get it."""
@@ -93,6 +104,7 @@ class DatasetInfo:
     options: tuple[str, ...] = ()
     check_options: Callable[..., None] | None = None
     where_hint: str = ""  # what `convinit datasets` prints when no folder is set
+    shape: KnownShape | None = None  # None: known only once read (a folder, a Hub dataset)
 
     def resolve_dir(self, data_dir: str | Path | None) -> Path | None:
         if data_dir is not None:

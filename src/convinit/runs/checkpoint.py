@@ -38,8 +38,8 @@ import torch.nn as nn
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
-from convinit.runs.atomic import fsync_dir
 from convinit.errors import ConfigError
+from convinit.runs.atomic import fsync_dir
 from convinit.runs.ownership import removing_checkpoints
 
 KEEP = 2

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from convinit.data.datasets import dataset_info
 from convinit.errors import ConfigError
 
 MAX_MODEL_ARG = 65536  # no integer model argument (dim, depth, heads, ...) may exceed this
@@ -54,20 +55,16 @@ def total_memory(device: torch.device) -> int | None:
     return None
 
 
-# Training images of the built-in sets: no batch can hold more (drop_last keeps batches full-sized
-# only while the set has that many).
-TRAIN_IMAGES = {"digits": 1000, "mnist": 60000, "fashion-mnist": 60000, "cifar10": 50000,
-                "cifar100": 50000, "svhn": 73257, "tiny-imagenet": 100000}  # fmt: skip
-
-
 def largest_batch(
     batch_size: int, dataset: str, num_classes: int, per_class: int | None, train_fraction: float | None
 ) -> int:
     """The largest batch a run can form: `batch_size`, or fewer when the training set (after `per_class`
-    or `train_fraction`) holds fewer images; unknown sets keep `batch_size`."""
-    images = TRAIN_IMAGES.get(dataset)
-    if images is None:
+    or `train_fraction`) holds fewer images (no batch can hold more: drop_last keeps batches full-sized
+    only while the set has that many); sets whose size is known only once read keep `batch_size`."""
+    known = dataset_info(dataset).shape
+    if known is None:
         return batch_size
+    images = known.train_images
     if per_class is not None:
         images = min(images, per_class * num_classes)
     elif train_fraction is not None:

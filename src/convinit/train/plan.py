@@ -31,22 +31,12 @@ import torch
 import torch.nn as nn
 
 from convinit.config import TrainConfig
+from convinit.data.datasets import dataset_info
 from convinit.errors import ConfigError
 from convinit.models.external import build_model_by_name
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
 from convinit.train.distributed import under_torchrun
 from convinit.train.memory_guard import largest_batch
-
-# (classes, channels, side) of the built-in sets: their shape without reading them
-BUILT_IN_SHAPES = {
-    "digits": (10, 1, 8),
-    "mnist": (10, 1, 28),
-    "fashion-mnist": (10, 1, 28),
-    "cifar10": (10, 3, 32),
-    "cifar100": (100, 3, 32),
-    "svhn": (10, 3, 32),
-    "tiny-imagenet": (200, 3, 64),
-}
 
 
 @dataclass(frozen=True)
@@ -60,11 +50,11 @@ class DataShape:
 
 
 def known_shape(cfg: TrainConfig) -> DataShape | None:
-    """The configured dataset's shape without reading it, as the reader will give it; None if unknown."""
-    if cfg.dataset not in BUILT_IN_SHAPES:
+    """The configured dataset's shape without reading it, as its reader registered it; None if unknown."""
+    known = dataset_info(cfg.dataset).shape
+    if known is None:
         return None
-    classes, chans, side = BUILT_IN_SHAPES[cfg.dataset]
-    return DataShape(classes, chans, cfg.img_size or (side, side))
+    return DataShape(known.num_classes, known.in_chans, cfg.img_size or (known.side, known.side))
 
 
 @dataclass(frozen=True)
@@ -135,7 +125,7 @@ class RunPlan:
         if shape != self.shape:
             raise RuntimeError(
                 f"dataset {self.cfg.dataset!r} was read as {shape} but planned as {self.shape}: "
-                "BUILT_IN_SHAPES in convinit.train.plan is out of date"
+                "the shape its reader registers (DatasetInfo.shape) is out of date"
             )
         return self.model
 

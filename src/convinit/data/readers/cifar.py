@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from convinit.data.datasets import DatasetInfo, ImageDataset, data_home, register_dataset
+from convinit.data.datasets import DatasetInfo, ImageDataset, KnownShape, data_home, register_dataset
 from convinit.errors import DataError
 
 if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
@@ -31,6 +31,7 @@ LAYOUTS = {
         "meta": "batches.meta",
         "label_key": b"labels",
         "names_key": b"label_names",
+        "classes": 10,
     },
     "cifar100": {
         "folder": "cifar-100-python",
@@ -39,6 +40,7 @@ LAYOUTS = {
         "meta": "meta",
         "label_key": b"fine_labels",
         "names_key": b"fine_label_names",
+        "classes": 100,
     },
 }
 ALLOWED_GLOBALS = {
@@ -177,5 +179,6 @@ for _name in LAYOUTS:
             default_dir=lambda _name=_name: data_home() / _name,
             can_download=True,
             missing_in=missing_cifar_files(_name),
+            shape=KnownShape(num_classes=LAYOUTS[_name]["classes"], in_chans=3, side=32, train_images=50000),
         )
     )

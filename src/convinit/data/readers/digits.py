@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from convinit.data.datasets import DatasetInfo, ImageDataset, register_dataset
+from convinit.data.datasets import DatasetInfo, ImageDataset, KnownShape, register_dataset
 
 TRAIN_SIZE = 1000
 
@@ -42,5 +42,6 @@ register_dataset(
         reader=read_digits,
         how_to_obtain="it ships with scikit-learn (pip install scikit-learn)",
         needs_dir=False,
+        shape=KnownShape(num_classes=10, in_chans=1, side=8, train_images=1000),
     )
 )

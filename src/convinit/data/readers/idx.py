@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from convinit.data.datasets import DatasetInfo, ImageDataset, data_home, register_dataset
+from convinit.data.datasets import DatasetInfo, ImageDataset, KnownShape, data_home, register_dataset
 from convinit.errors import DataError
 
 SPLIT_FILES = {
@@ -142,6 +142,7 @@ register_dataset(
         default_dir=lambda: data_home() / "mnist",
         can_download=True,
         missing_in=missing_idx_files,
+        shape=KnownShape(num_classes=10, in_chans=1, side=28, train_images=60000),
     )
 )
 register_dataset(
@@ -157,5 +158,6 @@ register_dataset(
         ),
         can_download=True,
         missing_in=missing_idx_files,
+        shape=KnownShape(num_classes=10, in_chans=1, side=28, train_images=60000),
     )
 )

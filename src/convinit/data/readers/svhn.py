@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from convinit.data.datasets import DatasetInfo, ImageDataset, data_home, files_missing, register_dataset
+from convinit.data.datasets import (
+    DatasetInfo,
+    ImageDataset,
+    KnownShape,
+    data_home,
+    files_missing,
+    register_dataset,
+)
 from convinit.errors import DataError
 
 if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
@@ -69,5 +76,6 @@ register_dataset(
         default_dir=lambda: data_home() / "svhn",
         can_download=True,
         missing_in=files_missing(*FILES.values()),
+        shape=KnownShape(num_classes=10, in_chans=3, side=32, train_images=73257),
     )
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from convinit.data.datasets import DatasetInfo, ImageDataset, data_home, register_dataset
+from convinit.data.datasets import DatasetInfo, ImageDataset, KnownShape, data_home, register_dataset
 from convinit.data.image_files import decode_images
 from convinit.errors import DataError
 
@@ -79,5 +79,6 @@ register_dataset(
         default_dir=lambda: data_home() / "tiny-imagenet",
         can_download=True,
         missing_in=missing_tiny_files,
+        shape=KnownShape(num_classes=200, in_chans=3, side=64, train_images=100000),
     )
 )
