@@ -271,9 +271,8 @@ class ClassTokenViT(nn.Module):
 
     def __init__(self, patch_embed: PatchEmbed, pos_embed_covers_cls: bool):
         super().__init__()
-        self.img_size = (
-            patch_embed.img_size
-        )  # the input the model was built for, which init and analysis read
+        # the input the model was built for, which init and analysis read
+        self.img_size = patch_embed.img_size
         self.in_chans = patch_embed.in_chans
         self.patch_size = patch_embed.patch_size
         self.patch_embed = patch_embed

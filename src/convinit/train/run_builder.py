@@ -170,10 +170,9 @@ def step_parts(plan: RunPlan, data: DataSource, model: nn.Module, ddp: Distribut
     cfg, device = plan.cfg, plan.device
     optimizer = build_optimizer(model, cfg)
     net = DistributedDataParallel(model) if ddp.enabled else model  # DDP syncs weights from rank 0
-    if cfg.compile:  # after DDP, so torch's DDPOptimizer splits graphs at gradient buckets; `model`
-        net = torch.compile(
-            net, mode=compile_mode(cfg, device, ddp.enabled)
-        )  # stays uncompiled for checkpoints, EMA, eval
+    if cfg.compile:  # after DDP, so torch's DDPOptimizer splits graphs at gradient buckets;
+        # `model` stays uncompiled for checkpoints, EMA and evaluation
+        net = torch.compile(net, mode=compile_mode(cfg, device, ddp.enabled))
     return StepParts(
         net=net,
         model=model,
