@@ -237,19 +237,30 @@ def test_model_without_a_kernel_for_the_autocast_dtype_is_told_to_use_fp32(tiny_
     assert "\n" not in message
 
 
+@pytest.fixture
+def cuda_math_restored():
+    """torch's CUDA math flags as they were, put back after the test. Saved and set by hand: the TF32
+    flags are attributes torch answers through `__getattr__`, which pytest's monkeypatch (9.2 and later)
+    takes for unset and tries to delete at teardown."""
+    matmul, conv, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn
+    saved = (matmul.fp32_precision, conv.fp32_precision, cudnn.benchmark)
+    yield
+    matmul.fp32_precision, conv.fp32_precision, cudnn.benchmark = saved
+
+
 @pytest.mark.parametrize(
     ("precision", "deterministic", "expected"),
     [("auto", False, ("tf32", True)), ("tf32", False, ("tf32", True)), ("fp32", False, ("ieee", True)),
      ("bf16", True, ("tf32", False))],
 )  # fmt: skip
 def test_cuda_uses_tf32_and_cudnn_benchmark_unless_fp32_or_deterministic_asks_otherwise(
-    precision, deterministic, expected, monkeypatch
+    precision, deterministic, expected, cuda_math_restored
 ):
     from convinit.train.device import autocast_dtype, configure_cuda_math
 
-    monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")  # restored after the test
-    monkeypatch.setattr(torch.backends.cudnn.conv, "fp32_precision", "ieee")
-    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    torch.backends.cudnn.benchmark = False
     cfg = resolve_config(None, [f"precision={precision}", f"deterministic={str(deterministic).lower()}"])
     configure_cuda_math(cfg, torch.device("cpu"))  # nothing changes off CUDA
     assert torch.backends.cuda.matmul.fp32_precision == "ieee" and not torch.backends.cudnn.benchmark
