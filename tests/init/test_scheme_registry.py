@@ -31,7 +31,8 @@ def zeros_init(model, value=0.0):
 def test_the_shipped_schemes_are_one_module_each_of_the_schemes_package():
     package = convinit.init.schemes
     modules = {module.name for module in pkgutil.iter_modules(package.__path__)}
-    assert list_schemes() == sorted(modules) == ["impulse", "mimetic", "random"]
+    assert list_schemes() == sorted(m.replace("_", "-") for m in modules)
+    assert list_schemes() == ["impulse", "mimetic", "random", "scaled-position"]
     assert {SCHEMES.get(name).__module__ for name in list_schemes()} == {
         f"{package.__name__}.{name}" for name in modules
     }
@@ -39,7 +40,8 @@ def test_the_shipped_schemes_are_one_module_each_of_the_schemes_package():
 
 def test_an_unknown_scheme_is_refused_with_every_scheme_listed():
     with pytest.raises(
-        ConfigError, match=r"^unknown init scheme 'magic'; choose one of: impulse, mimetic, random$"
+        ConfigError,
+        match=r"^unknown init scheme 'magic'; choose one of: impulse, mimetic, random, scaled-position$",
     ):
         initialize(nn.Linear(2, 2), "magic")
 

@@ -10,7 +10,10 @@ images and real forward passes, per layer:
 - `best_offset_mass`: the same mass for the single offset (dy, dx), |dy|, |dx| <= 2 (paper 1's 5 x 5
   kernel), that gets the most of it, per head; defined for every init, so a random or mimetic
   baseline, or a head that moved to another offset, is measured on the same scale;
-- `entropy`: row entropy / log(keys), 1 for uniform maps, 0 for one-hot maps.
+- `entropy`: row entropy / log(keys), 1 for uniform maps, 0 for one-hot maps;
+- `worst_row_mass` and `rows_on_target` (impulse runs): the target mass at the query row where it is
+  smallest, and the share of rows whose largest weight is the target (`convinit.init.targets.row_figures`):
+  a convolution is the same map at every position, which a mean over rows can hide.
 
 Which maps: convinit SimpleViTs and timm-layout ViTs through the maps their Q/K inputs give on real
 images (`convinit.init.measure`, the code the init report uses); ConViT's GPSA layers through their
@@ -30,7 +33,7 @@ import torch.nn as nn
 from convinit.analysis.locality import attention_layers, model_grid
 from convinit.errors import ConfigError
 from convinit.init.filters import kernel_offsets
-from convinit.init.targets import Targets, target_mass
+from convinit.init.targets import Targets, row_figures, target_mass
 from convinit.models.layers import record_attention
 
 BEST_OFFSET_KERNEL = 5  # candidate offsets for the best-offset mass: paper 1's 5 x 5 kernel
@@ -108,7 +111,9 @@ def layer_quality(
     if offsets is not None and len(offsets) == maps.shape[1]:
         prefix = maps.shape[-1] - patches
         targets = Targets.build(list(offsets), grid)
-        out["target_mass"] = target_mass(rows[..., prefix:].mean(0).cpu(), targets).tolist()
+        mean = rows[..., prefix:].mean(0).cpu()  # (H, N, N) patch keys, averaged over images
+        out["target_mass"] = target_mass(mean, targets).tolist()
+        out.update(row_figures(mean, targets.keys, targets.inside))
     return out
 
 

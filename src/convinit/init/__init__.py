@@ -2,8 +2,9 @@
 
 `initialize(model, scheme, **options)` applies a registered scheme in place and returns its report
 (a JSON-serialisable dict: at least `scheme` and `seconds`). Each scheme is one module of
-`convinit.init.schemes` (impulse, mimetic, random: the model's own default init) that registers itself
-with `register_scheme`; the registry finds them all on its first lookup.
+`convinit.init.schemes` (impulse, mimetic, random: the model's own default init; scaled-position:
+impulse's position step alone) that registers itself with `register_scheme`; the registry finds them
+all on its first lookup.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from convinit.errors import ConfigError
 from convinit.init.attention_sites import AttentionSlot, attention_slots
 from convinit.init.block_runner import BlockRunner
 from convinit.init.filters import Offset, grid_coords
-from convinit.init.targets import Targets
+from convinit.init.targets import Targets, row_figures
 
 LOW_MASS = 0.2  # below this real-pass target mass the report warns: the maps are not convolutions
 MEASURE_TOKENS = 2048  # patch tokens of real images a real-pass report measures (ViT-Ti/2: 8 images)
@@ -120,6 +120,7 @@ def map_statistics(maps: torch.Tensor, targets: Targets | None, grid) -> dict[st
         agree = (rows.argmax(-1) == keys).to(maps)
         stats["mass"] = ((hit * inside).sum(-1) / inside.sum(-1).clamp_min(1)).mean(0).tolist()
         stats["argmax_agreement"] = ((agree * inside).sum(-1) / inside.sum(-1).clamp_min(1)).mean(0).tolist()
+        stats.update(row_figures(rows, keys, targets.inside))
     return stats
 
 
@@ -135,6 +136,8 @@ def real_pass_summary(layers: list[dict], images: int, qk_input: str) -> dict[st
     """The report of `layer_quality` entries: their per-head means, the image count, the Q/K input."""
     every = [h for layer in layers for h in layer["heads"]]
     means = {f"mean_{key}": sum(h[key] for h in every) / len(every) for key in every[0] if key != "head"}
+    if "worst_row_mass" in every[0]:  # the one head and row furthest from a convolution
+        means["min_worst_row_mass"] = min(h["worst_row_mass"] for h in every)
     return {"images": images, "qk_input": qk_input, **means, "layers": layers}
 
 

@@ -59,7 +59,8 @@ def target_mass(maps: torch.Tensor, targets: Targets) -> torch.Tensor:
 
 
 def map_quality(maps: torch.Tensor, targets: Targets) -> dict[str, list[float]]:
-    """Per head: target mass, argmax agreement (rows inside the grid), MSE against T (all rows)."""
+    """Per head: target mass, argmax agreement (rows inside the grid), MSE against T (all rows), and
+    the row figures of `row_figures` (worst row's mass, share of rows peaking on the target)."""
     maps = maps.double()
     inside = targets.inside.double()
     agree = (maps.argmax(-1) == targets.keys).double()
@@ -67,7 +68,26 @@ def map_quality(maps: torch.Tensor, targets: Targets) -> dict[str, list[float]]:
         "mass": target_mass(maps, targets).tolist(),
         "argmax_agreement": ((agree * inside).sum(-1) / inside.sum(-1).clamp_min(1)).tolist(),
         "mse": (maps - targets.maps.double()).pow(2).mean(dim=(-2, -1)).tolist(),
+        **row_figures(maps, targets.keys, targets.inside),
     }
+
+
+def row_figures(maps: torch.Tensor, keys: torch.Tensor, inside: torch.Tensor) -> dict[str, list[float]]:
+    """A convolution is the same map at every query position, so an average can hide positions where
+    the head looks elsewhere. Per head, over the query rows whose target is inside the grid, of the
+    map averaged over images: `worst_row_mass`, the smallest mass on the target at any row, and
+    `rows_on_target`, the share of rows whose largest weight is the target.
+
+    maps (..., H, N, T) (leading dims: images), keys (H, N) target key per row, inside (H, N) bool.
+    """
+    rows = maps.reshape(-1, *maps.shape[-3:]).mean(0)  # (H, N, T): the map averaged over images
+    hit = rows.gather(-1, keys[..., None].to(rows.device))[..., 0]  # (H, N)
+    inside = inside.to(rows.device)
+    peaked = (rows.argmax(-1) == keys.to(rows.device)) & inside
+    worst = torch.where(inside, hit, torch.full_like(hit, float("inf"))).min(-1).values
+    worst = torch.where(inside.any(-1), worst, torch.zeros_like(worst))
+    share = peaked.sum(-1).double() / inside.sum(-1).clamp_min(1).double()
+    return {"worst_row_mass": worst.tolist(), "rows_on_target": share.tolist()}
 
 
 def smallest_gap(unit_logits: torch.Tensor, targets: Targets, wanted: float, max_gap: float) -> torch.Tensor:

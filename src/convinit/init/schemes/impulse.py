@@ -495,6 +495,9 @@ def summarise(layers: list[dict], slot: AttentionSlot, opts: ImpulseOptions) -> 
         "mean_mass": mean("mass"),
         "mean_argmax_agreement": mean("argmax_agreement"),
         "mean_mse": mean("mse"),
+        "mean_worst_row_mass": mean("worst_row_mass"),
+        "mean_rows_on_target": mean("rows_on_target"),
+        "min_worst_row_mass": min(h["worst_row_mass"] for h in heads),
         "mean_weight_scale": sum(layer["weight_scale"] for layer in layers) / len(layers),
         "layers": layers,
     }

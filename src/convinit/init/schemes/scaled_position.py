@@ -1,0 +1,43 @@
+"""`scaled-position`: the control of impulse init on models with a learned position table.
+
+On timm and transformers ViTs impulse init does two things: it first prepares the learned position
+table (multiplies it by 18, `convinit.init.positions`), then fits Q/K so the maps start as
+convolutions. This scheme does the first step exactly as impulse does and nothing else: the attention
+keeps the model's own random weights. Trained beside `random` and `impulse` on the same seeds, it says
+how much of impulse's gain comes from the stronger position table alone and how much from the fitted
+attention (docs/method.md §3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.nn as nn
+
+from convinit.errors import ConfigError
+from convinit.init.attention_sites import attention_slots, position_table
+from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, prepare_positions
+from convinit.init.registry import register_scheme
+
+
+@register_scheme("scaled-position")
+def scaled_position_init(
+    model: nn.Module, *, learned_pos_embed: str = "scale", pos_embed_scale: float = POS_EMBED_SCALE
+) -> dict[str, Any]:
+    """Prepare the learned position table as impulse init does (learned_pos_embed "scale": x 18, or
+    "sincos"), leave every attention weight as drawn. Refuses models without a learned table, where it
+    would be `random` under another name."""
+    if learned_pos_embed not in POSITION_MODES or learned_pos_embed == "keep":
+        raise ConfigError(
+            f"scaled-position learned_pos_embed must be 'scale' or 'sincos', got {learned_pos_embed!r}"
+        )
+    if not pos_embed_scale > 0:
+        raise ConfigError(f"scaled-position pos_embed_scale must be > 0, got {pos_embed_scale!r}")
+    attention_slots(model, "scaled-position")  # refuses unsupported models before any change
+    table = position_table(model)
+    if table is None or not table.learned:
+        raise ConfigError(
+            "scaled-position init prepares a learned position table, but this model has "
+            f"{'none' if table is None else 'a fixed one'}: it would be init=random under another name"
+        )
+    return {"position": prepare_positions(model, learned_pos_embed, pos_embed_scale)}
