@@ -193,6 +193,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_results(args: argparse.Namespace) -> int:
+    from convinit.experiments.results_page import render
+    from convinit.runs.atomic import atomic_write_text
+
+    page = render(args.results)
+    if args.check:
+        same = args.out.is_file() and args.out.read_text() == page
+        stale = "differs from what the results give; run convinit results"
+        print(f"{args.out}: {'up to date' if same else stale}")
+        return 0 if same else 1
+    atomic_write_text(args.out, page)
+    print(f"results page: {args.out}")
+    return 0
+
+
+def add_results_parser(sub) -> None:
+    results = sub.add_parser("results", help="docs/results.md from the claim grids kept under results/")
+    results.add_argument("--results", type=Path, default=Path("results"), help="results folder (results)")
+    results.add_argument("--out", type=Path, default=Path("docs/results.md"), help="page (docs/results.md)")
+    results.add_argument("--check", action="store_true", help="exit 1 if the page is not what it would be")
+    results.set_defaults(func=cmd_results)
+
+
 def cmd_efficiency(args: argparse.Namespace) -> int:
     from convinit.config import parse_overrides
     from convinit.experiments.efficiency import efficiency_runs, efficiency_summary
@@ -368,6 +391,8 @@ def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
         "--reference", metavar="ROW", help="the row others are paired with, shown first (default: the first)"
     )
     report.set_defaults(func=cmd_report)
+
+    add_results_parser(sub)
 
     efficiency = sub.add_parser("efficiency", parents=[launch], help="accuracy vs number of training images")
     efficiency.add_argument(

@@ -1,0 +1,304 @@
+"""docs/results.md, generated: every headline claim of both papers, measured at CPU scale, from data.
+
+The claim grids write their runs (config, provenance, metrics, init report; no checkpoints) under a
+results folder kept in the repository, one folder per experiment (`results/<experiment>/<row>/seed<n>`).
+`results/claims.yaml` lists the claims: the paper's statement and number, the experiment and row that
+test it, the reference row it is paired with and the direction the paper says. `convinit results` reads
+both and writes the page; a test checks that the page in the repository is what it writes, so no
+figure on it is typed by hand.
+
+Per claim: the row's figure over its seeds (mean +- std), the paired per-seed difference against the
+reference with its 95 % t interval (`convinit.experiments.paired`), and a verdict from that interval:
+`holds` (it excludes 0 on the paper's side), `does not hold` (it excludes 0 on the other side), `within
+noise` (it contains 0); a claim of no difference holds when the interval contains 0. Fewer than three
+paired seeds give no verdict; rows not yet run say so with the command that runs them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from convinit.config import read_yaml
+from convinit.errors import ConfigError
+from convinit.experiments.grid import expand
+from convinit.experiments.paired import PairedDifference
+from convinit.experiments.report import RunRecord, find_runs, read_json
+from convinit.runs.atomic import atomic_write_text
+
+CLAIMS_FILE = "claims.yaml"
+MIN_SEEDS = 3  # the fewest paired seeds a verdict is drawn from
+DIRECTIONS = ("higher", "lower", "similar")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One row of the page: a paper's statement and the runs that test it."""
+
+    section: str
+    claim: str
+    paper: str
+    experiment: str | None = None
+    row: str | None = None
+    reference: str | None = None
+    expect: str = "higher"
+    metric: str = "final_acc"
+    cpu: str | None = None  # why it cannot be measured on a CPU, when it cannot
+
+    def command(self) -> str:
+        if self.experiment is None:
+            return ""
+        return f"convinit reproduce {self.experiment} --scale small --out results/{self.experiment} threads=1"
+
+
+def load_claims(results: Path) -> list[Claim]:
+    """The claims of `results/claims.yaml`, each checked for its keys and direction."""
+    path = results / CLAIMS_FILE
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: the results folder must hold the claims file")
+    entries = read_yaml(path) or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path} must be a list of claims")
+    fields = set(Claim.__dataclass_fields__)
+    claims = []
+    for index, entry in enumerate(entries):
+        if (
+            not isinstance(entry, dict)
+            or set(entry) - fields
+            or not {"section", "claim", "paper"} <= set(entry)
+        ):
+            raise ConfigError(f"{path}: claim {index + 1} must have section, claim, paper and only {fields}")
+        claim = Claim(**entry)
+        if claim.expect not in DIRECTIONS:
+            raise ConfigError(f"{path}: claim {index + 1} expects {claim.expect!r}; use one of {DIRECTIONS}")
+        claims.append(claim)
+    return claims
+
+
+def metric_value(record: RunRecord, metric: str) -> float | None:
+    """final_acc: the last epoch's test accuracy; acc_at_epoch:N: the test accuracy after epoch N;
+    gate_spread: the first GPSA layer's mean gate minus the last one's at the end; nonlocality_growth:
+    the GPSA layers' mean non-locality at the end minus at step 0."""
+    if metric == "final_acc":
+        return record.final_accuracy
+    if metric.startswith("acc_at_epoch:"):
+        epoch = int(metric.split(":")[1])
+        found = [row.get("test_acc") for row in record.metrics if row.get("epoch") == epoch]
+        return found[-1] if found else None
+    if metric == "gate_spread":
+        gates = layer_means(record.metrics[-1], "gate")
+        return gates[min(gates)] - gates[max(gates)] if gates else None
+    if metric == "nonlocality_growth":
+        first, last = (
+            layer_means(record.metrics[0], "nonlocality"),
+            layer_means(record.metrics[-1], "nonlocality"),
+        )
+        gpsa = sorted(set(layer_means(record.metrics[-1], "gate")))
+        if not gpsa or not first or not last:
+            return None
+        return statistics.fmean(last[layer] - first[layer] for layer in gpsa)
+    raise ConfigError(f"unknown claim metric {metric!r}")
+
+
+def layer_means(row: dict[str, Any], name: str) -> dict[int, float]:
+    """{layer: mean over heads} of a tracker's per-head keys `name/L{l}/H{h}` in one metrics row."""
+    values: dict[int, list[float]] = {}
+    for key, value in row.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == name and parts[1][1:].isdigit() and isinstance(value, int | float):
+            values.setdefault(int(parts[1][1:]), []).append(float(value))
+    return {layer: statistics.fmean(v) for layer, v in values.items()}
+
+
+@dataclass
+class Outcome:
+    """What the runs say about one claim."""
+
+    values: dict[int, float]
+    reference: dict[int, float]
+    difference: PairedDifference | None
+    verdict: str
+
+
+def seed_values(records: list[RunRecord], label: str | None, metric: str) -> dict[int, float]:
+    found = {}
+    for record in records:
+        if record.label == label:
+            value = metric_value(record, metric)
+            if value is not None and math.isfinite(value):
+                found[record.seed] = float(value)
+    return found
+
+
+def judge(claim: Claim, records: list[RunRecord]) -> Outcome:
+    values = seed_values(records, claim.row, claim.metric)
+    reference = seed_values(records, claim.reference, claim.metric) if claim.reference else {}
+    if claim.reference is None:  # a figure judged against 0 (e.g. a gate spread)
+        reference = {seed: 0.0 for seed in values}
+    seeds = tuple(sorted(set(values) & set(reference)))
+    difference = PairedDifference(seeds, tuple(values[s] - reference[s] for s in seeds)) if seeds else None
+    return Outcome(values, reference, difference, verdict(claim, difference))
+
+
+def verdict(claim: Claim, difference: PairedDifference | None) -> str:
+    if claim.cpu:
+        return f"not measurable on a CPU: {claim.cpu}"
+    if difference is None:
+        return "not yet run"
+    if len(difference.seeds) < MIN_SEEDS:
+        return f"no verdict yet ({len(difference.seeds)} of {MIN_SEEDS} seeds run)"
+    low, high = difference.interval
+    if claim.expect == "similar":
+        return "holds (no difference found)" if low <= 0 <= high else "does not hold"
+    if low <= 0 <= high:
+        return "within noise"
+    return "holds" if (low > 0) == (claim.expect == "higher") else "does not hold"
+
+
+def mean_std(values: dict[int, float]) -> str:
+    if not values:
+        return "-"
+    numbers = list(values.values())
+    if len(numbers) == 1:
+        return f"{numbers[0]:.2f} (1 seed)"
+    return f"{statistics.fmean(numbers):.2f} +- {statistics.stdev(numbers):.2f} ({len(numbers)} seeds)"
+
+
+def setting(experiment: str, label: str | None, records: list[RunRecord]) -> str:
+    """'digits, 1,000 train / 797 test images, simplevit (dim 64, depth 4), 20 epochs': the row's
+    config as the grid states it (so a row not yet run shows it too), image counts from a finished run."""
+    configs = row_configs(experiment)
+    if label not in configs:
+        return "-"
+    config = configs[label]
+    found = [r for r in records if r.label == label]
+    data = read_json(found[0].run_dir / "preprocessing.json") if found else {}
+    train, test = data.get("train_images"), data.get("test_images")
+    if isinstance(train, int) and isinstance(test, int):
+        size = f"{train:,} train / {test:,} test images"
+    else:
+        size = train_size(config)
+    return f"{config.get('dataset')}, {size}, {model_words(config)}, {config.get('epochs')} epochs"
+
+
+@cache
+def row_configs(experiment: str) -> dict[str, dict[str, Any]]:
+    """{row label: config} of an experiment's small scale, from its preset."""
+    return {spec.label: spec.config.to_dict() for spec in expand(experiment, "small", seeds=[0])}
+
+
+def train_size(config: dict[str, Any]) -> str:
+    if config.get("per_class"):
+        return f"{config['per_class']} train images per class"
+    if config.get("train_fraction"):
+        return f"{config['train_fraction']:g} of the training set"
+    return "the whole training set"
+
+
+def model_words(config: dict[str, Any]) -> str:
+    """The model and the arguments that size it: 'simplevit (dim 64, depth 4)'."""
+    args = config.get("model_args") or {}
+    sizes = [f"{key} {args[key]}" for key in SIZE_KEYS if key in args]
+    return f"{config.get('model')} ({', '.join(sizes)})" if sizes else str(config.get("model"))
+
+
+SIZE_KEYS = ("dim", "embed_dim", "depth", "heads", "num_heads", "patch_size", "qk_input", "alpha")
+
+
+def claim_row(claim: Claim, records: list[RunRecord]) -> str:
+    outcome = judge(claim, records)
+    difference = "-" if outcome.difference is None else outcome.difference.describe()
+    cells = [
+        claim.claim,
+        claim.paper,
+        f"{claim.experiment}: {setting(claim.experiment, claim.row, records)}" if claim.experiment else "-",
+        f"{claim.row or '-'}: {mean_std(outcome.values)}",
+        f"{claim.reference}: {mean_std(outcome.reference)}" if claim.reference else "0",
+        difference,
+        f"**{outcome.verdict}**",
+    ]
+    return "| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |"
+
+
+HEADER = (
+    "| claim | paper | grid: convinit's setting | convinit | reference | paired difference [95 % interval] "
+    "| verdict |\n| --- | --- | --- | --- | --- | --- | --- |"
+)
+
+
+def render(results: Path) -> str:
+    """The whole page, from `results/claims.yaml` and the runs under `results/`."""
+    claims = load_claims(results)
+    runs: dict[str, list[RunRecord]] = {}
+    for claim in claims:
+        if claim.experiment and claim.experiment not in runs:
+            folder = results / claim.experiment
+            runs[claim.experiment] = find_runs(folder) if folder.is_dir() else []
+    parts = [INTRO]
+    for section in dict.fromkeys(c.section for c in claims):
+        chosen = [c for c in claims if c.section == section]
+        parts += [
+            f"## {section}",
+            "",
+            HEADER,
+            *(claim_row(c, runs.get(c.experiment or "", [])) for c in chosen),
+        ]
+        commands = [c.command() for c in chosen if c.experiment]
+        parts += ["", "Made by:", "", "```bash", *dict.fromkeys(commands), "```", ""] if commands else [""]
+    parts += grid_tables(runs)
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def grid_tables(runs: dict[str, list[RunRecord]]) -> list[str]:
+    """Every row of every grid with its seeds, and how convolutional its init started."""
+    parts = ["## Every row of every grid", ""]
+    for experiment, records in runs.items():
+        if not records:
+            continue
+        parts += [f"### {experiment}", "", "| row | final test accuracy (%) | per seed | start: held-apart "
+                  "mass / worst row / rows on target |", "| --- | ---: | --- | --- |"]  # fmt: skip
+        for label in dict.fromkeys(r.label for r in records):
+            values = seed_values(records, label, "final_acc")
+            per_seed = ", ".join(f"{values[s]:.2f}" for s in sorted(values))
+            parts.append(f"| {label} | {mean_std(values)} | {per_seed} | {init_figures(records, label)} |")
+        parts.append("")
+    return parts
+
+
+def init_figures(records: list[RunRecord], label: str) -> str:
+    """Mean over seeds of the init report's held-apart real-pass figures, where the init has targets."""
+    found = []
+    for record in (r for r in records if r.label == label):
+        held = read_json(record.run_dir / "init_report.json").get("real_pass_held_out") or {}
+        if isinstance(held.get("mean_mass"), int | float):
+            found.append(held)
+    if not found:
+        return "-"
+    mass = statistics.fmean(h["mean_mass"] for h in found)
+    worst = [h["min_worst_row_mass"] for h in found if isinstance(h.get("min_worst_row_mass"), int | float)]
+    share = [h["mean_rows_on_target"] for h in found if isinstance(h.get("mean_rows_on_target"), int | float)]
+    rows = f" / {min(worst):.2f} / {statistics.fmean(share):.2f}" if worst and share else " / - / -"
+    return f"{mass:.2f}{rows}"
+
+
+INTRO = """# Results: both papers, claim by claim, at CPU scale
+
+This page is generated by `convinit results` from the runs kept under `results/` (config, provenance,
+metrics and init report of every run; no checkpoints) and the claims listed in `results/claims.yaml`.
+Do not edit it by hand: rerun a grid with the command in its row, then `convinit results`.
+
+Every row ran on a CPU at the small scale of its experiment (digits: 1,000 training and 797 test images;
+Fashion-MNIST: 1,000 training images, 100 per class, and all 10,000 test images), one thread per run, three
+seeds. "convinit" is the final-epoch test accuracy (never the best epoch), mean +- std over seeds; the
+paired difference is the row minus its reference on the same seeds, with its 95 % t interval. The GPU-scale
+settings of every experiment stay as its `--scale full` preset; the papers' numbers come from those.
+"""
+
+
+def write_page(results: Path, out: Path) -> Path:
+    atomic_write_text(out, render(results))
+    return out

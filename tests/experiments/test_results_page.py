@@ -1,0 +1,106 @@
+"""docs/results.md is generated from the runs kept under results/, and its verdicts follow the intervals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from convinit.cli import main
+from convinit.config import save_config
+from convinit.errors import ConfigError
+from convinit.experiments.grid import expand
+from convinit.experiments.results_page import render
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_page_in_the_repository_is_what_the_results_folder_gives():
+    assert (REPO / "docs" / "results.md").read_text() == render(REPO / "results")
+
+
+def fake_run(
+    results: Path, label: str, seed: int, accuracies: list[float], extra: dict | None = None
+) -> None:
+    """A finished users-vit run (its real config) whose metrics hold `accuracies`, one per epoch."""
+    spec = next(s for s in expand("users-vit", seeds=[seed]) if s.label == label)
+    run = results / "users-vit" / spec.dirname
+    run.mkdir(parents=True)
+    save_config(spec.config, run / "config.yaml")
+    rows = [{"epoch": e + 1, "test_acc": a, **(extra or {})} for e, a in enumerate(accuracies)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "finished.json").write_text(json.dumps(rows[-1]))
+    (run / "experiment.json").write_text(json.dumps({"label": label, "seed": seed}))
+    (run / "preprocessing.json").write_text(json.dumps({"train_images": 1000, "test_images": 10000}))
+
+
+def claims(results: Path, **claim) -> None:
+    entry = {"section": "S", "claim": "C", "paper": "P", "experiment": "users-vit", **claim}
+    (results / "claims.yaml").write_text(yaml.safe_dump([entry]))
+
+
+def claim_line(page: str) -> str:
+    return next(line for line in page.splitlines() if line.startswith("| C |"))
+
+
+@pytest.mark.parametrize(
+    "impulse, expect, verdict",
+    [
+        ([80, 81, 82], "higher", "holds"),
+        ([60, 61, 62], "higher", "does not hold"),
+        ([70.5, 69.5, 71.0], "higher", "within noise"),
+        ([70.5, 69.5, 71.0], "similar", "holds (no difference found)"),
+        ([60, 61, 62], "lower", "holds"),
+    ],
+)
+def test_the_verdict_follows_the_paired_interval_and_the_papers_direction(tmp_path, impulse, expect, verdict):
+    for seed, (random_acc, impulse_acc) in enumerate(zip([70, 70.2, 70.4], impulse, strict=True)):
+        fake_run(tmp_path, "random", seed, [50, random_acc])
+        fake_run(tmp_path, "impulse", seed, [50, impulse_acc])
+    claims(tmp_path, row="impulse", reference="random", expect=expect)
+    line = claim_line(render(tmp_path))
+    assert f"**{verdict}**" in line
+    assert "fashion-mnist, 1,000 train / 10,000 test images" in line and "100 epochs" in line
+
+
+def test_rows_not_run_or_short_of_seeds_get_no_verdict(tmp_path):
+    claims(tmp_path, row="impulse", reference="random")
+    assert "**not yet run**" in claim_line(render(tmp_path))
+    for seed in (0, 1):
+        fake_run(tmp_path, "random", seed, [70])
+        fake_run(tmp_path, "impulse", seed, [80])
+    assert "**no verdict yet (2 of 3 seeds run)**" in claim_line(render(tmp_path))
+
+
+def test_a_claim_without_a_reference_is_judged_against_zero_with_its_own_metric(tmp_path):
+    for seed in range(3):
+        gates = {"gate/L0/H0": 0.8 + seed / 100, "gate/L1/H0": 0.2}
+        fake_run(tmp_path, "random", seed, [70], extra=gates)
+    claims(tmp_path, row="random", metric="gate_spread")
+    line = claim_line(render(tmp_path))
+    assert "**holds**" in line and "+0.61" in line
+
+
+def test_a_claim_the_cpu_cannot_measure_says_why(tmp_path):
+    (tmp_path / "claims.yaml").write_text(
+        yaml.safe_dump([{"section": "S", "claim": "C", "paper": "P", "cpu": "why"}])
+    )
+    assert "**not measurable on a CPU: why**" in claim_line(render(tmp_path))
+
+
+def test_a_claims_file_with_an_unknown_key_is_refused_in_one_line(tmp_path):
+    claims(tmp_path, row="impulse", expected="higher")
+    with pytest.raises(ConfigError, match="claim 1 must have section, claim, paper"):
+        render(tmp_path)
+
+
+def test_check_exits_1_on_a_stale_page_and_0_once_rewritten(tmp_path):
+    claims(tmp_path, row="impulse", reference="random")
+    page = tmp_path / "results.md"
+    page.write_text("stale\n")
+    args = ["results", "--results", str(tmp_path), "--out", str(page)]
+    assert main([*args, "--check"]) == 1
+    assert main(args) == 0
+    assert main([*args, "--check"]) == 0
