@@ -265,7 +265,8 @@ def grid_tables(runs: dict[str, list[RunRecord]]) -> list[str]:
             values = seed_values(records, label, "final_acc")
             per_seed = ", ".join(f"{values[s]:.2f}" for s in sorted(values))
             parts.append(f"| {label} | {mean_std(values)} | {per_seed} | {init_figures(records, label)} |")
-        parts.append("")
+        command = Claim("", "", "", experiment).command()
+        parts += ["", "```bash", command, "```", ""]
     return parts
 
 
