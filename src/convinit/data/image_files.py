@@ -28,6 +28,8 @@ UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
 def unreadable_image(path: ImageSource | str, exc: BaseException) -> DataError:
     """The one-line error for an image file that cannot be used, naming it."""
+    if isinstance(exc, DataError):  # already names it (e.g. NaN pixels)
+        return exc
     where = f"image {path}" if not isinstance(path, bytes) else "an image of the dataset"
     if isinstance(exc, Image.DecompressionBombError):
         return DataError(
@@ -45,6 +47,36 @@ def open_image(source: ImageSource) -> Image.Image:
         return Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
     except UNREADABLE as exc:
         raise unreadable_image(source, exc) from exc
+
+
+# PIL's modes of more than 8 bits per value: 16-bit and 32-bit integers, 32-bit floats (one channel)
+HIGH_BIT_MODES = {"I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
+
+
+def eight_bit(img: Image.Image, source: ImageSource | str) -> Image.Image:
+    """A 16-bit, 32-bit or float image as 8-bit 'L', scaled by the range its values really span: values
+    already within 0..255 (floats within 0..1, times 255) are kept, others mapped linearly from their
+    own min..max onto 0..255. PIL's own conversion clips at 255, which turned such images white.
+    An image holding NaN or infinite values is refused in one line naming it."""
+    values = np.asarray(img).astype(np.float32)  # precise enough for 8 bits, half float64's memory
+    if not np.isfinite(values).all():
+        where = f"image {source}" if not isinstance(source, bytes) else "an image of the dataset"
+        raise DataError(
+            f"{where} holds NaN or infinite pixel values; replace it or remove it from the dataset"
+        )
+    low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    if img.mode == "F" and low >= 0 and high <= 1:
+        values = values * 255
+    elif high > low and not (low >= 0 and high <= 255):
+        values = (values - low) * (255 / (high - low))
+    return Image.fromarray(np.rint(values).clip(0, 255).astype(np.uint8), "L")
+
+
+def to_mode(img: Image.Image, mode: str, source: ImageSource | str) -> Image.Image:
+    """`img` converted to `mode` ('L' or 'RGB'), high-bit-depth and float images scaled to 8 bits first."""
+    if img.mode in HIGH_BIT_MODES:
+        img = eight_bit(img, source)
+    return img.convert(mode)
 
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
@@ -90,7 +122,7 @@ def decode_images(
     for i, path in enumerate(paths):
         with open_image(path) as img:
             try:
-                img = img.convert(mode)
+                img = to_mode(img, mode, path)
             except UNREADABLE as exc:  # truncated or corrupt past its header
                 raise unreadable_image(path, exc) from exc
             if img.size != (width, height):

@@ -42,7 +42,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from convinit.data.epoch_order import epoch_indices
-from convinit.data.image_files import UNREADABLE, unreadable_image
+from convinit.data.image_files import UNREADABLE, to_mode, unreadable_image
 from convinit.errors import DataError
 from convinit.runs.parent_death import die_with_worker_parent
 
@@ -207,7 +207,7 @@ class StreamingImages(Dataset):
             return Image.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels).convert(self.mode)
         try:
             with Image.open(self.source[index]) as img:
-                return img.convert(self.mode)
+                return to_mode(img, self.mode, self.source[index])
         except UNREADABLE as exc:
             raise unreadable_image(self.source[index], exc) from exc
 
@@ -387,7 +387,7 @@ def sampled_statistics(
         try:
             with Image.open(path) as img:
                 img.draft(mode, (512, 512))
-                pixels = np.asarray(img.convert(mode), dtype=np.float64).reshape(-1, in_chans) / 255
+                pixels = np.asarray(to_mode(img, mode, path), dtype=np.float64).reshape(-1, in_chans) / 255
         except UNREADABLE as exc:  # a decompression bomb or a corrupt file: one line naming it
             raise unreadable_image(path, exc) from exc
         total, total_sq, n = total + pixels.sum(0), total_sq + (pixels**2).sum(0), n + len(pixels)

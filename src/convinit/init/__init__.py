@@ -16,6 +16,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from convinit.errors import ConfigError
+from convinit.init.inputs import (
+    ModelSnapshot,
+    check_finite_report,
+    check_weights,
+    checked_images,
+    trial_forward,
+)
 from convinit.init.measure import untargeted_real_pass
 from convinit.init.registry import SCHEMES, list_schemes, register_scheme
 
@@ -30,18 +38,46 @@ def initialize(
     quarter of the batch held apart); for the other schemes the report gains `real_pass`, the attention
     statistics of real forward passes (`convinit.init.measure`), for models with attention layers.
     The fit uses torch's intra-op threads (`torch.get_num_threads()`) and starts no others.
+
+    Checked first, each refused in one line (ConfigError): images that are not a floating-point
+    (B, C, H, W) tensor of the model's channels and size, or hold NaN, inf or huge values; a model
+    holding NaN/inf weights. All or nothing: if the scheme fails, or reports a NaN or inf figure, every
+    parameter and buffer of the model is put back as it was before the error is raised.
     """
     fn = SCHEMES.get(scheme)  # a ConfigError listing the schemes if there is none of that name
-    if images is not None and "images" in inspect.signature(fn).parameters:
-        options["images"] = images
-    start = time.perf_counter()
-    report = dict(fn(model, **options))
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"initialize takes a torch.nn.Module, got {type(model).__name__}")
+    check_weights(model)
+    if images is not None:
+        images = checked_images(model, images)
+        trial_forward(model, images)
+        if "images" in inspect.signature(fn).parameters:
+            options["images"] = images
+    snapshot = ModelSnapshot(model)
+    try:  # the scheme called here, not in a helper: its warnings' stacklevel points at our caller
+        start = time.perf_counter()
+        report = complete_report(model, scheme, dict(fn(model, **options)), start, images)
+    except BaseException as exc:
+        snapshot.restore()
+        if isinstance(exc, torch.linalg.LinAlgError):
+            detail = " ".join(str(exc).split())[:200]
+            raise ConfigError(f"{scheme} init failed ({detail}); the model was left as it was") from exc
+        raise
+    return report
+
+
+def complete_report(
+    model: nn.Module, scheme: str, report: dict[str, Any], start: float, images: torch.Tensor | None
+) -> dict[str, Any]:
+    """The scheme's report with its name, the seconds taken and, for schemes that do not measure on
+    the images themselves, the real-pass figures; a NaN or inf figure in it is a failure."""
     report["scheme"] = scheme
     report["seconds"] = time.perf_counter() - start
     if images is not None and "real_pass" not in report:
         real = untargeted_real_pass(model, images)
         if real is not None:
             report["real_pass"] = real
+    check_finite_report(report, scheme)
     return report
 
 

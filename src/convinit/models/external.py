@@ -55,18 +55,34 @@ def build_timm(name: str, **kwargs: Any) -> nn.Module:
     return timm.create_model(name, pretrained=False, **kwargs)
 
 
-def build_transformers(name: str, num_classes: int, img_size, in_chans: int, **kwargs: Any) -> nn.Module:
+def transformers_config_class(name: str) -> type:
+    """The transformers config class of `hf:NAME` (ConfigError if unknown or transformers is missing)."""
     if name not in HF_MODELS:
         raise ConfigError(
             f"unknown transformers model hf:{name}; choose one of: hf:{', hf:'.join(HF_MODELS)}"
         )
     try:
-        from transformers import ViTConfig, ViTForImageClassification
+        from transformers import ViTConfig
     except ImportError as exc:
         raise ConfigError("model hf:vit needs transformers: pip install 'convinit[transformers]'") from exc
+    return ViTConfig
+
+
+def build_transformers(name: str, num_classes: int, img_size, in_chans: int, **kwargs: Any) -> nn.Module:
+    config_class = transformers_config_class(name)
+    from transformers import ViTForImageClassification
+
     size = img_size if isinstance(img_size, int) else list(img_size)
-    config = ViTConfig(image_size=size, num_channels=in_chans, num_labels=num_classes, **kwargs)
+    patch = kwargs.get("patch_size", 16)
+    if any(isinstance(p, int) and p > s for p, s in zip(pairs(patch), pairs(size), strict=False)):
+        raise ConfigError(f"model_args.patch_size={patch!r} is larger than the {img_size} image")
+    config = config_class(image_size=size, num_channels=in_chans, num_labels=num_classes, **kwargs)
     return TransformersClassifier(ViTForImageClassification(config))
+
+
+def pairs(size: int | list[int]) -> list[int]:
+    """(height, width) of an int-or-pair size."""
+    return [size, size] if isinstance(size, int) else list(size)
 
 
 def build_model_by_name(

@@ -24,7 +24,7 @@ checked by a CPU construction in validation whose weights are thrown away, as be
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -33,6 +33,7 @@ import torch.nn as nn
 from convinit.config import TrainConfig
 from convinit.data.datasets import dataset_info
 from convinit.errors import ConfigError
+from convinit.models.arguments import culprits, refusal
 from convinit.models.external import build_model_by_name
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
 from convinit.train.distributed import under_torchrun
@@ -90,11 +91,9 @@ class ModelSpec:
             return self.construct()
         except ConfigError:
             raise
-        except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as exc:  # 0 ** -0.5
-            detail = " ".join(str(exc).split())
-            raise ConfigError(
-                f"model {self.name!r} cannot be built with {self.model_args}: {detail}"
-            ) from exc
+        except Exception as exc:  # whatever a constructor raises (KeyError, ImportError, 0 ** -0.5 ...)
+            keys = culprits(lambda args: replace(self, model_args=args).construct(), self.model_args)
+            raise refusal(self.name, self.model_args, keys, exc) from exc
 
 
 def build_model(

@@ -16,6 +16,7 @@ from convinit.config import TrainConfig
 from convinit.data import check_available
 from convinit.data.datasets import dataset_options
 from convinit.errors import ConfigError
+from convinit.models.arguments import check_model_arguments
 from convinit.runs.loggers import check_loggers
 from convinit.train.memory_guard import check_fits_in_memory, check_model_args_bounded
 from convinit.train.plan import RunPlan, resolve_plan
@@ -32,8 +33,9 @@ def validate(cfg: TrainConfig) -> RunPlan:
                 f"teacher {path} is neither a run directory nor a saved model (convinit export)"
             )
     check_available(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
+    check_model_args_bounded(cfg.model_args)
+    check_model_arguments(cfg.model, cfg.model_args)
     if plan.model is not None:
-        check_model_args_bounded(cfg.model_args)
         check_model(plan)
     check_loggers(cfg.logger)
     if cfg.track:
