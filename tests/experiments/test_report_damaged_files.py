@@ -63,6 +63,16 @@ def test_a_track_row_without_a_step_or_with_string_values_is_skipped(tmp_path, n
     assert (tmp_path / "bias.png").is_file()
 
 
+def test_a_damaged_init_report_leaves_its_run_out_of_the_init_table_with_a_warning(tmp_path):
+    fake_run(tmp_path / "a", ["init=impulse"], 30.0)
+    path = tmp_path / "a" / "init_report.json"
+    path.write_text(json.dumps({"scheme": "impulse", "real_pass": {"mean_entropy": "low"}}))
+    with pytest.warns(
+        UserWarning, match=rf"{path} is damaged \(field real_pass.mean_entropy must be a number"
+    ):
+        assert "Initialisation at step 0" not in write_report(tmp_path).read_text()
+
+
 EXPERIMENTS = {  # experiment.json fields a report cannot use -> refused naming the field
     "list label": ({"label": ["a", "b"]}, "'label'"),
     "string seed": ({"seed": "abc"}, "'seed'"),
