@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from convinit.runs.atomic import atomic_write_text
+from convinit.runs.ownership import check_still_owner
 from convinit.runs.read_back import LOG_LIMIT, read_capped, short_repr
 
 
@@ -85,6 +86,7 @@ class MetricsLog:
         self.write_csv(kept)
 
     def append(self, row: dict[str, Any]) -> None:
+        check_still_owner(self.jsonl.parent)
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         with open(self.jsonl, "a") as f:
             f.write(json.dumps(clean) + "\n")
