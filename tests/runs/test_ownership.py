@@ -85,3 +85,21 @@ def test_without_a_directory_lock_the_owner_stops_before_writing_beside_a_newcom
             child.join(WAIT)
     assert [row["epoch"] for row in MetricsLog(run_dir).rows()] == [0]
     assert not (run_dir / "checkpoints").exists() or not any((run_dir / "checkpoints").iterdir())
+
+
+def test_an_owner_whose_directory_was_replaced_stops_before_writing_into_the_new_one(tmp_path):
+    run_dir = tmp_path / "run"
+    with own_run_dir(run_dir):
+        run_dir.rename(tmp_path / "moved")
+        run_dir.mkdir()  # a fresh folder under the old name, which a newcomer could lock
+        with pytest.raises(ConfigError, match=f"{run_dir} was deleted or replaced"):
+            MetricsLog(run_dir).append({"epoch": 1, "test_acc": 20.0})
+    assert not (run_dir / "metrics.jsonl").exists()
+
+
+def test_an_owner_that_holds_its_directory_keeps_writing_when_only_the_lock_file_is_deleted(tmp_path):
+    run_dir = tmp_path / "run"
+    with own_run_dir(run_dir):
+        (run_dir / OWNER_LOCK).unlink()  # nobody else can get in: the directory is still locked
+        MetricsLog(run_dir).append({"epoch": 1, "test_acc": 20.0})
+    assert [row["epoch"] for row in MetricsLog(run_dir).rows()] == [1]

@@ -6,9 +6,10 @@ never leaves a stale lock behind:
 - the run directory itself and `RUN_DIR/.owner.lock`, held exclusively for the whole of `train`,
   `--resume` and a grid's run: a second writer is refused at once with the holder's PID (written into
   the file). The lock on the directory is what survives `rm RUN_DIR/.owner.lock`: a newcomer would
-  lock a fresh file, but it cannot make a fresh directory under the owner unseen. Where directories
-  cannot be locked (some network file systems), the owner checks before each metrics row and
-  checkpoint that the lock file at its path is still the one it locked, and stops if it is not.
+  lock a fresh file, but it cannot make a fresh directory under the owner unseen: before each metrics
+  row and checkpoint the owner checks that the path still names the directory it locked (and, where
+  directories cannot be locked, as on some network file systems, that the lock file is still the one
+  it locked), and stops if it does not.
 - `RUN_DIR/.readers.lock`: readers (`eval`, `export`, `predict`, `teacher=`) hold it shared while they
   find, verify and load a checkpoint; the trainer takes it exclusively only to delete checkpoints, so
   pruning waits for a reader that is loading the checkpoint it would remove, and never the reverse.
@@ -28,7 +29,7 @@ OWNER_LOCK = ".owner.lock"
 READERS_LOCK = ".readers.lock"
 LOCK_FILES = (OWNER_LOCK, READERS_LOCK)
 HELD_OWNER_LOCKS: set[int] = set()  # descriptors of the owner locks this process holds
-OWNED: dict[str, tuple[int, bool]] = {}  # real path of each owned run dir: (lock file fd, directory locked)
+OWNED: dict[str, tuple[int, int, bool]] = {}  # real path of an owned run dir: lock fd, dir fd, dir locked
 
 
 def drop_inherited_owner_locks() -> None:
@@ -75,7 +76,7 @@ def own_run_dir(run_dir: Path) -> Iterator[None]:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         HELD_OWNER_LOCKS.update((fd, dir_fd))
-        OWNED[os.path.realpath(run_dir)] = (fd, directory_locked)
+        OWNED[os.path.realpath(run_dir)] = (fd, dir_fd, directory_locked)
         yield
     finally:
         OWNED.pop(os.path.realpath(run_dir), None)
@@ -103,24 +104,35 @@ def lock_exclusively(fd: int, run_dir: Path, directory: bool = False) -> bool:
 
 
 def check_still_owner(run_dir: Path) -> None:
-    """Before writing a metrics row or a checkpoint: the lock this process took on `run_dir` still guards
-    it. Only where the directory could not be locked can a deleted or replaced `.owner.lock` have let a
-    second writer in; then this run stops (ConfigError) rather than write beside it. A no-op for a
-    directory this process does not own (a library caller writing without `own_run_dir`)."""
+    """Before writing a metrics row or a checkpoint: the locks this process took still guard `run_dir`.
+
+    The path must still name the directory it locked (not one made in its place after `rm -r`); and
+    where the directory could not be locked, `.owner.lock` must still be the file it locked, since a
+    deleted or replaced one can have let a second writer in. Otherwise this run stops (ConfigError)
+    rather than write beside another. A no-op for a directory this process does not own (a library
+    caller writing without `own_run_dir`)."""
     held = OWNED.get(os.path.realpath(run_dir))
-    if held is None or held[1]:
+    if held is None:
         return
+    lock_fd, dir_fd, directory_locked = held
+    checks = [(Path(run_dir), dir_fd)] + ([] if directory_locked else [(Path(run_dir) / OWNER_LOCK, lock_fd)])
+    for path, fd in checks:
+        if not same_file(path, fd):
+            raise ConfigError(
+                f"{path} was deleted or replaced while this run held it, so another writer may have "
+                "taken the run directory; stopped without writing: check that no other run trains "
+                f"into {run_dir}, then continue with --resume"
+            )
+
+
+def same_file(path: Path, fd: int) -> bool:
+    """Whether `path` still names the file open as `fd`."""
     try:
-        on_disk = os.stat(Path(run_dir) / OWNER_LOCK)
+        on_disk = os.stat(path)
     except OSError:
-        on_disk = None
-    mine = os.fstat(held[0])
-    if on_disk is None or (on_disk.st_dev, on_disk.st_ino) != (mine.st_dev, mine.st_ino):
-        raise ConfigError(
-            f"{Path(run_dir) / OWNER_LOCK} was deleted or replaced while this run held it, so another "
-            "writer may have taken the run directory; stopped without writing: check that no other run "
-            "trains into it, then continue with --resume"
-        )
+        return False
+    mine = os.fstat(fd)
+    return (on_disk.st_dev, on_disk.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def open_readers_lock(run_dir: Path) -> int | None:
