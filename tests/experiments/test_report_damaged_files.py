@@ -136,3 +136,11 @@ def test_the_command_prints_a_warning_as_one_line_without_python_source(tmp_path
     lines = done.stderr.splitlines()
     assert lines and all(line.startswith("convinit: warning: ") for line in lines), lines
     assert any("metrics.jsonl: line(s) 4 are damaged" in line for line in lines)
+
+
+def test_an_efficiency_record_without_a_group_is_curved_under_its_label(tmp_path):
+    from convinit.experiments.efficiency import curves
+
+    fake_run(tmp_path / "a", ["init=random"], 30.0)
+    (tmp_path / "a" / "experiment.json").write_text(json.dumps({"label": "mine", "train_images": 100}))
+    assert curves(tmp_path) == {"mine": [(100, 30.0)]}
