@@ -31,6 +31,7 @@ def test_train_from_the_command_line_writes_a_run(tmp_path, tiny_overrides, caps
         (["train", "dataset=cifar10", "data_dir=/no/such/dir"], "/no/such/dir does not exist"),
         (["train", "--config", "nosuchpreset"], "unknown preset 'nosuchpreset'"),
         (["eval", "/no/such/run"], "is not a run directory"),
+        (["train", "threads=100000"], "config key 'threads' must be at most 1024"),
     ],
 )
 def test_bad_input_prints_one_line_and_exits_2(argv, message, capsys, tmp_path):
@@ -113,6 +114,8 @@ def test_version_names_the_package(capsys):
         (["train", "--model_args.dim", "64", "lr=1e-3"], ["model_args.dim=64", "lr=1e-3"]),
         (["train", "--compile", "epochs=2"], ["compile=true", "epochs=2"]),
         (["efficiency", "--method", "a=default", "--epochs", "2"], ["--method", "a=default", "epochs=2"]),
+        (["train", "--teacher", "runs/lr=3e-3", "epochs=2"], ["teacher=runs/lr=3e-3", "epochs=2"]),
+        (["train", "--", "epochs=2", "--lr"], ["--", "epochs=2", "--lr"]),
     ],
 )
 def test_key_options_are_synonyms_of_key_value_overrides(argv, overrides):
@@ -154,3 +157,25 @@ def test_mistyped_keys_and_values_suggest_the_close_names(argv, message, capsys,
 def test_datasets_takes_data_dir_as_train_does(tmp_path, capsys):
     assert main(["datasets", f"data_dir={tmp_path}"]) == 0
     assert f"folder          not found  {tmp_path}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--seed", "abc"], "convinit train: argument --seed: invalid int value: 'abc'"),
+        (["report"], "convinit report: the following arguments are required: DIR"),
+        (["nosuchcommand"], "argument COMMAND: invalid choice: 'nosuchcommand'"),
+    ],
+)
+def test_a_usage_mistake_is_one_line_not_a_usage_block(argv, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("convinit: error: ") and message in err and "usage:" not in err
+
+
+def test_overrides_after_the_end_of_options_are_read_as_written(capsys, tmp_path):
+    assert main(["train", "--out", str(tmp_path / "r"), "--", "epochs=0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == "convinit: error: config key 'epochs' must be at least 1, got 0"  # not `model=epochs=0`

@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
+from typing import NoReturn
 
 from convinit import __version__
 from convinit.errors import ConfigError, ConvinitError, TrainingDiverged
@@ -24,6 +26,18 @@ EXAMPLES = """examples:
   convinit train --resume runs/wide               # continue an interrupted run
   convinit eval runs/wide
 """
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage mistakes (`--seed abc`) are one line and exit code 2, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"convinit: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def one_line_warning(message: Warning | str, *_: object, **__: object) -> str:
+    """How the command prints a warning: `convinit: warning: ...`, without Python's file and source line."""
+    return f"convinit: warning: {' '.join(str(message).split())}\n"
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -463,7 +477,7 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="convinit",
         description="Train Vision Transformers on small datasets with a convolutional inductive bias.",
         epilog=EXAMPLES,
@@ -500,6 +514,9 @@ def key_options_as_overrides(argv: list[str], parser: argparse.ArgumentParser) -
     out, rest = [argv[0]], argv[1:]
     while rest:
         item = rest.pop(0)
+        if item == "--":  # the end of options: what follows is key=value as written
+            out += [item, *rest]
+            break
         name, has_value, value = item[2:].partition("=")
         key = name.replace("-", "_")
         if not item.startswith("--") or item.split("=")[0] in options:
@@ -510,7 +527,8 @@ def key_options_as_overrides(argv: list[str], parser: argparse.ArgumentParser) -
             out.append(item)
             continue
         if not has_value:
-            if rest and not rest[0].startswith("--") and "=" not in rest[0]:
+            # the next word is the value unless it is an option or an override (`--teacher a=b` is one)
+            if rest and not rest[0].startswith("--") and rest[0].split("=")[0].split(".")[0] not in KEYS:
                 value = rest.pop(0)
             elif key in flags:
                 value = "true"
@@ -564,6 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if extra:
         args.overrides = list(args.overrides) + extra
+    formatwarning, warnings.formatwarning = warnings.formatwarning, one_line_warning
     try:
         return args.func(args)
     except TrainingDiverged as exc:  # not bad input: the run itself failed
@@ -581,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as exc:  # RunInterrupted has saved a checkpoint; exit like the signal did
         return 128 + getattr(exc, "signum", 2)
+    finally:
+        warnings.formatwarning = formatwarning
 
 
 if __name__ == "__main__":

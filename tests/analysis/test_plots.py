@@ -72,3 +72,12 @@ def test_attention_maps_for_chosen_layers_and_query(tmp_path):
 def test_missing_metrics_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="metrics.jsonl"):
         render_run_analysis(tmp_path)
+
+
+def test_a_metrics_row_of_wrong_types_is_skipped_not_plotted(tmp_path):
+    run = write_run(tmp_path / "deit", gates=False)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"epoch": 9, "nonlocality/L0": "far"}) + "\n")
+    with pytest.warns(UserWarning, match=r"metrics\.jsonl: line\(s\) 6 are damaged"):
+        written = render_run_analysis(run)
+    assert [p.name for p in written] == ["nonlocality.png"]

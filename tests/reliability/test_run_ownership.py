@@ -49,6 +49,20 @@ def test_a_second_writer_is_refused_with_the_pid_of_the_first(tmp_path, capsys):
     assert list_checkpoints(run_dir) == [], "the refused writers touched nothing"
 
 
+def test_a_resume_after_the_lock_file_is_deleted_is_refused_while_the_first_trains(tmp_path, capsys):
+    run_dir, marker = tmp_path / "run", tmp_path / "paused"
+    first = start_cli(train_args(run_dir), wrapper=["--pause-at-step", "2", "--marker", str(marker)])
+    try:
+        wait_until(marker.exists, first, "the first run's second step")
+        (run_dir / ".owner.lock").unlink()  # the lock on the directory itself still holds
+        assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 2
+        assert f"{run_dir} is in use by" in capsys.readouterr().err
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert lock_is_free(run_dir)
+
+
 def test_pruning_waits_for_a_reader_that_holds_the_checkpoints(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

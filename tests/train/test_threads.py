@@ -133,3 +133,12 @@ def test_a_streamed_run_counts_its_data_workers_against_its_threads(tmp_path, ti
     expected = max(1, max(1, cores - 1) - 1) if cores > 1 else 1
     assert run.threads.threads == expected == torch.get_num_threads()
     assert "less 1 data workers" in run.threads.reason and read_recorded(run.run_dir) == expected
+
+
+@pytest.mark.parametrize(
+    "recorded", ['{"threads": 100000}', '{"threads": "abc"}', '{"threads": true}', "[1]", "{"]
+)
+def test_a_damaged_thread_record_is_not_used_and_is_named_in_one_warning(tmp_path, recorded):
+    (tmp_path / "threads.json").write_text(recorded)
+    with pytest.warns(UserWarning, match=r"threads\.json: field 'threads' must be an integer in 1\.\.1024"):
+        assert read_recorded(tmp_path) is None

@@ -11,7 +11,9 @@ self-attention, whose point is its local init) is measured from the model itself
 from __future__ import annotations
 
 import json
+import math
 import statistics
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from convinit.analysis.gates import gate_values
 from convinit.analysis.locality import model_grid
 from convinit.init.measure import map_statistics
 from convinit.models.layers import record_attention
+from convinit.runs.read_back import read_capped, short_repr
 
 
 def init_name(report: dict[str, Any]) -> str:
@@ -31,9 +34,42 @@ def init_name(report: dict[str, Any]) -> str:
     return f"{report.get('scheme', '?')} ({detail})" if detail else str(report.get("scheme", "?"))
 
 
+FIGURES = ("mean_mass", "mean_argmax_agreement", "mean_entropy", "mean_distance")  # averaged per row
+
+
 def read_init_report(run_dir: Path) -> dict[str, Any] | None:
+    """A run's init_report.json; None without one, or (with a one-line warning) when it is damaged."""
     path = Path(run_dir) / "init_report.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        report = json.loads(read_capped(path))
+        problem = init_report_problem(report)
+    except (OSError, ValueError, RecursionError) as exc:  # ConfigError: not a regular file, too large
+        problem = " ".join(str(exc).split())[:160]
+    if problem is None:
+        return report
+    warnings.warn(
+        f"{path} is damaged ({problem}); its run is left out of the initialisation table", stacklevel=2
+    )
+    return None
+
+
+def init_report_problem(report: Any) -> str | None:
+    """The first field the initialisation table reads that is not of its type, in words."""
+    if not isinstance(report, dict):
+        return "not a JSON object"
+    for name in ("real_pass", "real_pass_held_out"):
+        part = report.get(name, {})
+        if not isinstance(part, dict):
+            return f"field {name!r} must be an object, got {short_repr(part)}"
+        for key in FIGURES:
+            value = part.get(key)
+            if value is not None and not (
+                isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            ):
+                return f"field {name}.{key} must be a number, got {short_repr(value)}"
+    return None
 
 
 def init_rows(groups: Iterable[tuple[str, list[Path]]]) -> list[dict[str, Any]]:
@@ -54,7 +90,7 @@ def init_rows(groups: Iterable[tuple[str, list[Path]]]) -> list[dict[str, Any]]:
             {
                 "method": label,
                 "init": init_name(reports[0]),
-                "qk_input": real[0]["qk_input"] if real else None,
+                "qk_input": real[0].get("qk_input") if real else None,
                 "target_mass": mean("mean_mass"),
                 "argmax_agreement": mean("mean_argmax_agreement"),
                 "entropy": mean("mean_entropy"),

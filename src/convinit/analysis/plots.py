@@ -14,7 +14,6 @@ state or the user's backend.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,6 +32,7 @@ from convinit.analysis.gates import gate_values
 from convinit.analysis.locality import attention_layers, model_grid, patch_attention
 from convinit.errors import ConfigError
 from convinit.models.layers import record_attention
+from convinit.runs.metrics import read_metrics as run_metrics
 
 Records = Sequence[Mapping[str, Any]]
 NONLOCALITY_KEY = re.compile(r"^nonlocality/L(\d+)$")
@@ -40,18 +40,12 @@ GATE_KEY = re.compile(r"^gate/L(\d+)/H(\d+)$")
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl file (one JSON dict per line; blank lines skipped)."""
+    """The intact records of a metrics.jsonl file (`convinit.runs.metrics.read_metrics`: a damaged or
+    mistyped line is skipped with a warning naming it, so every value plotted is a number)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"no metrics file at {path}; pass a run directory that holds metrics.jsonl")
-    records = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path} line {number} is not JSON: {exc.msg}") from exc
-    return records
+    return run_metrics(path)
 
 
 def series(records: Records, key: str) -> tuple[list[float], list[float]]:

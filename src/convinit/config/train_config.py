@@ -132,6 +132,7 @@ class TrainConfig:
 
 KEYS = [f.name for f in dataclasses.fields(TrainConfig)]
 MAX_CROP_PADDING = 64  # pixels on each side of a padded random crop; larger ones crop mostly padding
+MAX_THREADS = 1024  # CPU threads of one process; more cannot be started (OpenMP fails to create them)
 # keys a config.yaml that `train` wrote always holds: without them it was damaged or is not ours
 SAVED_KEYS = ("model", "dataset", "epochs", "batch_size", "lr", "seed")
 
@@ -183,9 +184,12 @@ def load_preset(
 
 
 def read_yaml(path: Path) -> Any:
-    """A YAML file's data; one-line ConfigError if it cannot be read, is not UTF-8 or not safe YAML."""
+    """A YAML file's data; one-line ConfigError if it cannot be read, is not UTF-8 or not safe YAML, or is
+    no regular file of bounded size (a link to /dev/zero)."""
+    from convinit.runs.read_back import read_capped
+
     try:
-        return yaml.safe_load(path.read_bytes().decode("utf-8"))
+        return yaml.safe_load(read_capped(path).decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
@@ -317,6 +321,11 @@ def check_choices_and_counts(cfg: TrainConfig) -> None:
         )
     if not 0 <= cfg.seed < 2**63:
         raise ConfigError(f"config key 'seed' must be in [0, 2**63), got {cfg.seed}")
+    if cfg.threads is not None and cfg.threads > MAX_THREADS:
+        raise ConfigError(
+            f"config key 'threads' must be at most {MAX_THREADS}, got {cfg.threads}; "
+            "leave it null to choose from the cores"
+        )
     if cfg.crop_padding > MAX_CROP_PADDING:
         raise ConfigError(
             f"config key 'crop_padding' must be at most {MAX_CROP_PADDING} pixels, got {cfg.crop_padding}"

@@ -80,9 +80,8 @@ def curves(root: Path) -> dict[str, list[tuple[int, float]]]:
     points: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for record in find_runs(root):
         if "train_images" in record.experiment and record.final_accuracy is not None:
-            points[record.experiment["group"]][int(record.experiment["train_images"])].append(
-                record.final_accuracy
-            )
+            group = record.experiment.get("group", record.label)  # a hand-made record may lack it
+            points[group][int(record.experiment["train_images"])].append(record.final_accuracy)
     return {m: sorted((n, statistics.fmean(a)) for n, a in by_n.items()) for m, by_n in points.items()}
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -27,7 +28,8 @@ from convinit.errors import ConfigError
 from convinit.experiments.paired import paired_difference
 from convinit.runs.atomic import atomic_write_text, atomic_writer
 from convinit.runs.metrics import read_metrics
-from convinit.runs.track_log import TRACK_FILE
+from convinit.runs.read_back import read_capped, short_repr
+from convinit.runs.track_log import TRACK_FILE, TRACK_ROW_KEYS
 
 # config keys that do not change what a run trains: runs differing only in these share a row
 NOT_THE_EXPERIMENT = {
@@ -93,22 +95,45 @@ def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def read_json(path: Path) -> dict[str, Any]:
     try:
-        record = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        record = json.loads(read_capped(path))
+    except (OSError, ValueError, RecursionError):  # ConfigError (not a regular file, too large) is one
         return {}
     return record if isinstance(record, dict) else {}
 
 
+# experiment.json's fields (`runner.write_experiment_record`, grid extras, provenance) and their types
+TEXT_FIELDS = ("experiment", "label", "preset", "group", "method", "git_commit", "convinit_version")
+COUNT_FIELDS = ("seed", "row", "train_images")
+NUMBER_FIELDS = ("paper", "alpha", "fraction")
+
+
+def experiment_problem(record: Any) -> str | None:
+    """The first field of an experiment.json record whose type the report cannot use, in words."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for key, value in record.items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if key in TEXT_FIELDS and not isinstance(value, str):
+            return f"field {key!r} must be text, got {short_repr(value)}"
+        if key in COUNT_FIELDS and not (number and isinstance(value, int) and value >= 0):
+            return f"field {key!r} must be a count (0, 1, ...), got {short_repr(value)}"
+        if key in NUMBER_FIELDS and not (number or (key == "paper" and value is None)):
+            return f"field {key!r} must be a finite number, got {short_repr(value)}"
+    return None
+
+
 def read_experiment(run_dir: Path) -> dict[str, Any]:
+    """A run's experiment.json (grid runs write it); {} for a run without one."""
     path = run_dir / "experiment.json"
     if not path.exists():
         return {}
     try:
-        record = json.loads(path.read_bytes())
-    except ValueError as exc:
-        raise ConfigError(f"{path} is damaged ({exc}); delete it or rerun the grid to rewrite it") from exc
-    if not isinstance(record, dict):
-        raise ConfigError(f"{path} is damaged (not a JSON object); delete it or rerun the grid to rewrite it")
+        record = json.loads(read_capped(path))
+        problem = experiment_problem(record)
+    except (OSError, ValueError, RecursionError) as exc:
+        problem = " ".join(str(exc).split())[:160]
+    if problem is not None:
+        raise ConfigError(f"{path} is damaged ({problem}); delete it or rerun the grid to rewrite it")
     return record
 
 
@@ -142,8 +167,8 @@ def find_failed(root: Path) -> list[tuple[str, int, str]]:
             continue
         experiment = read_experiment(run_dir)
         try:
-            reason = str(json.loads(path.read_bytes()).get("reason", "unknown"))
-        except (ValueError, AttributeError):
+            reason = str(json.loads(read_capped(path)).get("reason", "unknown"))[:500]
+        except (ValueError, AttributeError, RecursionError):
             reason = "unknown (failed.json is damaged)"
         failures.append((run_label(run_dir, root, experiment), int(experiment.get("seed", 0)), reason))
     return failures
@@ -203,8 +228,8 @@ def summarise(records: list[RunRecord], reference: str | None = None) -> list[di
             "vs_first_row_within_noise": paired.within_noise if paired else None,
             "paper": group[0].experiment.get("paper"),
             "epochs": last[0]["epoch"],
-            "seconds": sum(row.get("seconds", 0.0) for r in group for row in r.metrics) / len(group),
-            "images_per_s": statistics.fmean([row.get("images_per_s", 0.0) for row in last]),
+            "seconds": sum(row.get("seconds") or 0.0 for r in group for row in r.metrics) / len(group),
+            "images_per_s": statistics.fmean([row.get("images_per_s") or 0.0 for row in last]),
         }
         for key in TRACKED_KEYS:
             name = key.split("/")[-1]
@@ -327,9 +352,9 @@ def bias_points(record: RunRecord, key: str) -> dict[int, float]:
         for row in record.metrics
         if row.get(key) is not None and ("step" in row or row["epoch"] == 0)
     }
-    for row in read_metrics(record.run_dir / TRACK_FILE):
+    for row in read_metrics(record.run_dir / TRACK_FILE, TRACK_ROW_KEYS):
         if row.get(key) is not None:
-            points[int(row["step"])] = row[key]
+            points[row["step"]] = row[key]
     return points
 
 
@@ -370,14 +395,32 @@ def write_report(
 ) -> Path:
     """Write report.md, results.csv and plots for the runs under `root`; returns the report path.
 
-    reference: the row (label) the others are paired with, shown first (default: the first row)."""
+    reference: the row (label) the others are paired with, shown first (default: the first row).
+    A folder that cannot be written (full, read-only) is refused in one line naming it."""
     root = Path(root)
     records, failures = find_runs(root), find_failed(root)
     if not records and not failures:
         raise ConfigError(f"{root} holds no finished runs (folders with config.yaml and finished.json)")
     out = Path(out) if out else root
-    out.mkdir(parents=True, exist_ok=True)
     rows = summarise(records, reference)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return write_report_files(records, failures, rows, out, title or "Results: " + root.name)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the report into {out} ({exc.strerror or exc}); free space there or choose "
+            "another --out"
+        ) from exc
+
+
+def write_report_files(
+    records: list[RunRecord],
+    failures: list[tuple[str, int, str]],
+    rows: list[dict[str, Any]],
+    out: Path,
+    title: str,
+) -> Path:
+    """report.md, results.csv and the plots of `write_report`, in `out`."""
     if rows:
         table = io.StringIO(newline="")
         writer = csv.DictWriter(table, fieldnames=list(rows[0]))
@@ -386,7 +429,7 @@ def write_report(
         atomic_write_text(out / "results.csv", table.getvalue())
         plot_curves(records, out / "curves.png")
     parts = [
-        f"# {title or 'Results: ' + root.name}",
+        f"# {title}",
         "",
         markdown_table(rows),
         "",

@@ -27,6 +27,7 @@ from safetensors.torch import load_model
 
 from convinit.errors import ConfigError
 from convinit.models.registry import create_model, list_models
+from convinit.runs.read_back import short_repr
 from convinit.share.folder_publish import publish_folder
 
 CONFIG = "config.json"
@@ -36,6 +37,7 @@ FOLDER_FILES = (CONFIG, WEIGHTS, CARD)  # what a saved model folder holds (and m
 MAX_SIDE = (
     4096  # pixels: a larger img_size in a config is damage or a trap (position tables grow as its square)
 )
+MAX_CHANNELS = 64  # image channels a saved model may take
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")  # timm's names
 MAX_NESTING = 32  # levels of lists and objects a config.json may hold (a convinit one has 3)
 MAX_HEADER = 100 << 20  # bytes; safetensors' own limit on the JSON header
@@ -192,8 +194,10 @@ def check_config(config: Any, source: str) -> None:
     num_classes, in_chans = args.get("num_classes"), args.get("in_chans")
     if not is_count(num_classes) or num_classes < 2:
         raise ConfigError(f"{where}: model_args.num_classes must be an integer >= 2, got {num_classes!r}")
-    if not is_count(in_chans) or in_chans > 64:
-        raise ConfigError(f"{where}: model_args.in_chans must be an integer in 1..64, got {in_chans!r}")
+    if not is_count(in_chans) or in_chans > MAX_CHANNELS:
+        raise ConfigError(
+            f"{where}: model_args.in_chans must be an integer in 1..{MAX_CHANNELS}, got {in_chans!r}"
+        )
     for value in (args.get("img_size"), config.get("img_size", args.get("img_size"))):
         if image_sides(value) is None:
             raise ConfigError(f"{where}: img_size must be 1..{MAX_SIDE} pixels (or [h, w]), got {value!r}")
@@ -228,21 +232,34 @@ def image_sides(value: Any) -> tuple[int, int] | None:
 
 def check_preprocess(how: Any, where: str) -> None:
     """`preprocess`: how an image file becomes the model's input (`convinit.runs.preprocessing_record`)."""
-    if how is None:  # a folder saved without it: images are resized to img_size
-        return
+    problem = preprocess_problem(how)
+    if problem is not None:
+        raise ConfigError(f"{where}: {problem}; export the model again")
+
+
+def preprocess_problem(how: Any) -> str | None:
+    """What is wrong with a `preprocess` entry (None: a folder saved without one, resized to img_size)."""
+    if how is None:
+        return None
     if not isinstance(how, dict) or how.get("resize") not in ("stretch", "center_crop"):
-        raise ConfigError(f"{where}: 'preprocess' must name resize 'stretch' or 'center_crop'; export again")
+        return "'preprocess' must name resize 'stretch' or 'center_crop'"
     if how["resize"] == "stretch":
-        if image_sides(how.get("decode_size")) is None:
-            raise ConfigError(f"{where}: preprocess.decode_size must be [h, w] of 1..{MAX_SIDE} pixels")
-        return
+        sides = how.get("decode_size")
+        if not isinstance(sides, list) or image_sides(sides) is None:
+            return f"preprocess.decode_size must be [h, w] of 1..{MAX_SIDE} pixels, got {short_repr(sides)}"
+        return None
     size, pct = how.get("crop_size"), how.get("crop_pct")
-    if not (is_count(size) and is_number(pct) and pct > 0 and size / pct <= MAX_SIDE):
-        raise ConfigError(
-            f"{where}: preprocess needs crop_size 1..{MAX_SIDE} and a positive crop_pct, got {size!r} {pct!r}"
+    if not (is_count(size) and is_number(pct) and 0 < pct <= 1 and size / pct <= MAX_SIDE):
+        return (
+            f"preprocess needs crop_size 1..{MAX_SIDE} and crop_pct in (0, 1], got crop_size "
+            f"{short_repr(size)}, crop_pct {short_repr(pct)}"
         )
     if how.get("interpolation") not in INTERPOLATIONS:
-        raise ConfigError(f"{where}: preprocess.interpolation must be one of {', '.join(INTERPOLATIONS)}")
+        return (
+            f"preprocess.interpolation must be one of {', '.join(INTERPOLATIONS)}, "
+            f"got {short_repr(how.get('interpolation'))}"
+        )
+    return None
 
 
 def nesting_depth(value: Any) -> int:

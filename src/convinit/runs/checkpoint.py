@@ -40,7 +40,7 @@ from safetensors.torch import load_model, save_model
 
 from convinit.errors import ConfigError
 from convinit.runs.atomic import fsync_dir
-from convinit.runs.ownership import removing_checkpoints
+from convinit.runs.ownership import check_still_owner, removing_checkpoints
 
 KEEP = 2
 MANIFEST = "manifest.json"
@@ -129,6 +129,7 @@ def save_checkpoint(
     ema: nn.Module | None = None,
 ) -> Path:
     """Write one checkpoint atomically; `epoch` counts finished epochs, `step` the steps into the next one."""
+    check_still_owner(run_dir)
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(epoch, step)

@@ -16,31 +16,58 @@ from pathlib import Path
 from typing import Any
 
 from convinit.runs.atomic import atomic_write_text
+from convinit.runs.ownership import check_still_owner
+from convinit.runs.read_back import LOG_LIMIT, read_capped, short_repr
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The intact rows of a metrics.jsonl file; a warning names each garbled line that was skipped."""
+def read_metrics(path: Path, required: tuple[str, ...] = ("epoch",)) -> list[dict[str, Any]]:
+    """The intact rows of a metrics.jsonl file; a warning names each damaged line that was skipped.
+
+    A row is intact when it is a JSON object whose `required` keys are counts (0, 1, ...) and whose every
+    value is a finite number or null (the writer stores NaN and inf as null): a hand-edited
+    `"test_acc": "abc"` is skipped like a garbled line, never handed to a report's arithmetic. A file
+    that is no regular file or is over `LOG_LIMIT` bytes is refused in one line (ConfigError).
+    """
     if not path.exists():
         return []
-    rows, garbled = [], []
-    for number, line in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), start=1):
+    rows, damaged = [], {}
+    text = read_capped(path, LOG_LIMIT).decode("utf-8", "replace")
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if isinstance(row, dict) and isinstance(row.get("epoch"), int):
+        row, problem = parse_row(line, required)
+        if problem is None:
             rows.append(row)
         else:
-            garbled.append(number)
-    if garbled:
-        lines = ", ".join(str(n) for n in garbled)
+            damaged[number] = problem
+    if damaged:
+        lines = ", ".join(str(n) for n in damaged)
+        first = next(iter(damaged))
         warnings.warn(
-            f"{path}: line(s) {lines} are damaged and were skipped; kept the {len(rows)} intact rows",
+            f"{path}: line(s) {lines} are damaged and were skipped; kept the {len(rows)} intact rows "
+            f"(line {first}: {damaged[first]})",
             stacklevel=2,
         )
     return rows
+
+
+def parse_row(line: str, required: tuple[str, ...]) -> tuple[dict[str, Any], str | None]:
+    """A metrics row and None, or what is wrong with the line."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return {}, "not JSON"
+    if not isinstance(row, dict):
+        return {}, "not a JSON object"
+    for key in required:
+        value = row.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return {}, f"{key!r} is {short_repr(value)}, not a count"
+    for key, value in row.items():
+        finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if value is not None and not finite:
+            return {}, f"{short_repr(key)} is {short_repr(value)}, not a number"
+    return row, None
 
 
 class MetricsLog:
@@ -59,6 +86,7 @@ class MetricsLog:
         self.write_csv(kept)
 
     def append(self, row: dict[str, Any]) -> None:
+        check_still_owner(self.jsonl.parent)
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         with open(self.jsonl, "a") as f:
             f.write(json.dumps(clean) + "\n")

@@ -17,6 +17,7 @@ from convinit.runs.atomic import atomic_write_text
 from convinit.runs.metrics import read_metrics
 
 TRACK_FILE = "track.jsonl"
+TRACK_ROW_KEYS = ("epoch", "step")  # every row holds both (`read_metrics` skips one that does not)
 
 
 class TrackLog:
@@ -26,11 +27,11 @@ class TrackLog:
         self.path = run_dir / TRACK_FILE
 
     def rows(self) -> list[dict[str, Any]]:
-        return read_metrics(self.path)
+        return read_metrics(self.path, TRACK_ROW_KEYS)
 
     def truncate_after(self, step: int) -> None:
         if self.path.exists():
-            kept = [row for row in self.rows() if row.get("step", 0) <= step]
+            kept = [row for row in self.rows() if row["step"] <= step]
             atomic_write_text(self.path, "".join(json.dumps(row) + "\n" for row in kept))
 
     def append(self, row: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from convinit.config import KEYS, TrainConfig, resolve_config
 from convinit.models.pretrained import USAGE
 from convinit.runs.metrics import MetricsLog
 from convinit.runs.provenance import provenance
+from convinit.runs.read_back import read_capped
 
 RECIPE_KEYS = (
     "epochs", "batch_size", "optimizer", "lr", "weight_decay", "schedule", "warmup_epochs", "min_lr",
@@ -58,8 +59,10 @@ def result_at(run_dir: Path, epoch: int) -> dict[str, Any]:
 def init_figures(run_dir: Path) -> str:
     """The init report's scalar figures (e.g. mean attention mass on the target offset)."""
     try:
-        report = json.loads((run_dir / "init_report.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        report = json.loads(read_capped(run_dir / "init_report.json"))
+    except (OSError, ValueError, RecursionError):  # ConfigError (no regular file, too large) is one
+        return "not recorded"
+    if not isinstance(report, dict):
         return "not recorded"
     scalars = {k: v for k, v in report.items() if isinstance(v, (int, float, str, bool))}
     return (

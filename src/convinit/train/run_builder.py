@@ -22,6 +22,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from convinit.analysis.augmentation_preview import save_augmentation_preview
+from convinit.analysis.init_summary import read_init_report
 from convinit.config import TrainConfig, save_config
 from convinit.data import MixupCutmix
 from convinit.data.source import DataSource, build_data
@@ -150,7 +151,7 @@ def prepare_model(plan: RunPlan, data: DataSource, run_dir: Path, fresh: bool, i
         if is_main:
             atomic_write_text(run_dir / "init_report.json", json.dumps(report, indent=1, default=str))
     elif (run_dir / "init_report.json").is_file():  # trackers compare with the init's targets
-        model.init_report = json.loads((run_dir / "init_report.json").read_text())
+        model.init_report = read_init_report(run_dir)  # None, with a warning, when it is damaged
     return model
 
 

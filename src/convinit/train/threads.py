@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from convinit.config.train_config import MAX_THREADS
 from convinit.runs.atomic import atomic_write_text
+from convinit.runs.read_back import read_capped, short_repr
 
 CONCURRENT_RUNS_ENV = "CONVINIT_CONCURRENT_RUNS"  # a `--jobs N` grid sets N for its children
 RECORD = "threads.json"
@@ -104,11 +107,23 @@ def choose_threads(
 
 
 def read_recorded(run_dir: Path) -> int | None:
-    """The thread count `run_dir` started with; None for a run that recorded none."""
-    try:
-        return positive_int(str(json.loads((run_dir / RECORD).read_text())["threads"]))
-    except (OSError, ValueError, KeyError, TypeError):
+    """The thread count `run_dir` started with; None for a run that recorded none, or (with a one-line
+    warning naming the file and field) whose record is damaged."""
+    path = run_dir / RECORD
+    if not path.exists():
         return None
+    try:
+        threads = json.loads(read_capped(path))["threads"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # ConfigError is a ValueError
+        threads = f"unreadable ({' '.join(str(exc).split())[:120]})"
+    if isinstance(threads, int) and not isinstance(threads, bool) and 1 <= threads <= MAX_THREADS:
+        return threads
+    warnings.warn(
+        f"{path}: field 'threads' must be an integer in 1..{MAX_THREADS}, got {short_repr(threads)}; "
+        "the count is chosen afresh, so the resumed run may not be bit-identical",
+        stacklevel=2,
+    )
+    return None
 
 
 def record_threads(run_dir: Path, choice: ThreadChoice) -> None:
