@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -78,7 +79,10 @@ def test_overrides_may_follow_options(tmp_path, tiny_overrides):
     assert "epochs: 1" in (tmp_path / "run" / "config.yaml").read_text()
 
 
-LISTING_COMMANDS = [["--help"], ["--version"], ["models"], ["configs"], ["datasets"], ["train", "--help"]]
+LISTING_COMMANDS = [
+    ["--help"], ["--version"], ["models"], ["configs"], ["datasets"], ["train", "--help"],
+    ["reproduce", "--list"],
+]  # fmt: skip
 
 
 def test_listing_help_and_version_do_not_import_torch():
@@ -93,6 +97,7 @@ def test_listing_help_and_version_do_not_import_torch():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "simplevit" in result.stdout and "digits" in result.stdout and "convit/small" in result.stdout
+    assert "paper1-table6" in result.stdout  # reproduce --list
     assert result.stdout.strip().endswith("imported: []")
 
 
@@ -154,3 +159,17 @@ def test_mistyped_keys_and_values_suggest_the_close_names(argv, message, capsys,
 def test_datasets_takes_data_dir_as_train_does(tmp_path, capsys):
     assert main(["datasets", f"data_dir={tmp_path}"]) == 0
     assert f"folder          not found  {tmp_path}" in capsys.readouterr().out
+
+
+def test_a_reader_that_left_ends_the_listing_quietly_as_a_pipe_does():
+    """`convinit reproduce --list | head -1`: the pipe's reader is gone before convinit writes; exit 141
+    (what SIGPIPE gives other tools), nothing on stderr, never the full-disk line."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to write_end now fails with EPIPE
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "convinit", "configs"], stdout=write_end, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, "")
