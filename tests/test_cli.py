@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -79,7 +80,10 @@ def test_overrides_may_follow_options(tmp_path, tiny_overrides):
     assert "epochs: 1" in (tmp_path / "run" / "config.yaml").read_text()
 
 
-LISTING_COMMANDS = [["--help"], ["--version"], ["models"], ["configs"], ["datasets"], ["train", "--help"]]
+LISTING_COMMANDS = [
+    ["--help"], ["--version"], ["models"], ["configs"], ["datasets"], ["train", "--help"],
+    ["reproduce", "--list"],
+]  # fmt: skip
 
 
 def test_listing_help_and_version_do_not_import_torch():
@@ -94,6 +98,7 @@ def test_listing_help_and_version_do_not_import_torch():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "simplevit" in result.stdout and "digits" in result.stdout and "convit/small" in result.stdout
+    assert "paper1-table6" in result.stdout  # reproduce --list
     assert result.stdout.strip().endswith("imported: []")
 
 
@@ -179,3 +184,17 @@ def test_overrides_after_the_end_of_options_are_read_as_written(capsys, tmp_path
     assert main(["train", "--out", str(tmp_path / "r"), "--", "epochs=0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == "convinit: error: config key 'epochs' must be at least 1, got 0"  # not `model=epochs=0`
+
+
+def test_a_reader_that_left_ends_the_listing_quietly_as_a_pipe_does():
+    """`convinit reproduce --list | head -1`: the pipe's reader is gone before convinit writes; exit 141
+    (what SIGPIPE gives other tools), nothing on stderr, never the full-disk line."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to write_end now fails with EPIPE
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "convinit", "configs"], stdout=write_end, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, "")

@@ -3,13 +3,15 @@
 User mistakes (a ConvinitError) end with one line `convinit: error: ...` and exit code 2, before any
 training starts; a run whose loss diverges (TrainingDiverged) ends the same way with exit code 3.
 Ctrl-C (SIGINT) or SIGTERM during training saves a checkpoint at the next step boundary and exits
-with 130 or 143.
+with 130 or 143. A reader of stdout that has gone (`convinit reproduce --list | head -1`) ends the
+command quietly with 141, as SIGPIPE ends other tools.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -161,17 +163,17 @@ def parse_fractions(text: str) -> list[float]:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from convinit.config import parse_overrides
-    from convinit.experiments.grid import expand
-    from convinit.experiments.report import write_report
-    from convinit.experiments.runner import run_grid
-
-    if args.list or not args.name:
+    if args.list or not args.name:  # a listing: answers at once, without torch
         from convinit.experiments.grid import list_experiments, load_experiment
 
         for name in list_experiments():
             print(f"{name:28s} {load_experiment(name).get('description', '')}")
         return 0
+    from convinit.config import parse_overrides
+    from convinit.experiments.grid import expand
+    from convinit.experiments.report import write_report
+    from convinit.experiments.runner import run_grid
+
     extra = parse_overrides(args.overrides)
     for key in ("dataset", "data_dir"):
         if getattr(args, key) is not None:
@@ -372,7 +374,7 @@ def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
         "demo", help="compare random/mimetic/impulse ViTs, ConViT, DeiT and ConvMixer on digits"
     )
     demo.add_argument("--out", type=Path, default=Path("reports/demo"), help="report directory")
-    demo.add_argument("--quick", action="store_true", help="4 epochs instead of 20 (under a minute)")
+    demo.add_argument("--quick", action="store_true", help="10 epochs instead of 20 (about a minute)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--no-progress", action="store_true")
     demo.set_defaults(func=cmd_demo)
@@ -567,6 +569,19 @@ def unrecognized(items: list[str]) -> str:
     return f"unrecognized argument{'s' if len(items) > 1 else ''} {' '.join(items)}{hint}"
 
 
+SIGPIPE_EXIT = 128 + 13  # what a shell reports for a program that SIGPIPE ended (`yes | head`)
+
+
+def closed_stdout() -> int:
+    """The reader of stdout has gone (`convinit reproduce --list | head -1`): stop quietly, as the
+    other command-line tools do, with stdout pointed at /dev/null so that Python's final flush is silent."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a file descriptor (a captured stdout)
+        pass
+    return SIGPIPE_EXIT
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -582,15 +597,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if extra:
         args.overrides = list(args.overrides) + extra
+    from convinit.config import drop_notes, say_notes
+
     formatwarning, warnings.formatwarning = warnings.formatwarning, one_line_warning
     try:
-        return args.func(args)
+        code = args.func(args)
+        say_notes()  # notes no validation said (a grid handed to SLURM)
+        sys.stdout.flush()  # a reader that left (`| head`) shows here, not at interpreter exit
+        return code
     except TrainingDiverged as exc:  # not bad input: the run itself failed
         print(f"convinit: error: {exc}", file=sys.stderr)
         return 3
     except ConvinitError as exc:
+        drop_notes()  # a note about a refused config would only stand beside the error
         print(f"convinit: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return closed_stdout()
     except OSError as exc:  # a folder that cannot be written (read-only, full disk, ulimit -f, ...)
         where = f" ({exc.filename})" if exc.filename else ""
         print(

@@ -7,7 +7,13 @@ import json
 import pytest
 import torch
 
-from convinit.analysis.plots import plot_attention_maps, plot_nonlocality, render_run_analysis
+from convinit.analysis.plots import (
+    attention_maps_figure,
+    default_layers,
+    plot_attention_maps,
+    plot_nonlocality,
+    render_run_analysis,
+)
 from convinit.errors import ConfigError
 from convinit.models import create_model
 
@@ -81,3 +87,23 @@ def test_a_metrics_row_of_wrong_types_is_skipped_not_plotted(tmp_path):
     with pytest.warns(UserWarning, match=r"metrics\.jsonl: line\(s\) 6 are damaged"):
         written = render_run_analysis(run)
     assert [p.name for p in written] == ["nonlocality.png"]
+
+
+def test_attention_figure_shows_every_layer_of_a_small_model_and_says_which(tmp_path):
+    """A depth-4 ViT shows layers 0-3, not 0, 2 and 3 unexplained; a 12-layer one first, middle, last."""
+    assert default_layers(4) == ([0, 1, 2, 3], "all")
+    assert default_layers(12) == ([0, 6, 11], "first, middle and last")
+    figure = attention_maps_figure(small_convit(), torch.randn(1, 3, 16, 24), title="ConViT")
+    assert "layers 0, 1, 2 of 0-2 (all)" in figure.get_suptitle()
+    chosen = attention_maps_figure(small_convit(), torch.randn(1, 3, 16, 24), layers=[1])
+    assert "layers 1 of 0-2 (chosen)" in chosen.get_suptitle()
+
+
+def test_nonlocality_plot_has_a_title_and_whole_epoch_ticks(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr("convinit.analysis.plots._save", lambda fig, path: figures.append(fig) or path)
+    plot_nonlocality({"ConViT": write_run(tmp_path / "convit")}, tmp_path / "n.png")
+    assert figures[0].get_suptitle()
+    ax = figures[0].axes[0]
+    ticks = [t for t in ax.get_xticks() if 0 <= t <= 3]
+    assert ticks and all(float(t).is_integer() for t in ticks)

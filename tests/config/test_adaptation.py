@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from convinit.cli import main
-from convinit.config import resolve_config
+from convinit.config import resolve_config, say_notes
 from convinit.errors import ConfigError
 
 
@@ -14,11 +14,14 @@ from convinit.errors import ConfigError
 def fresh_notes(monkeypatch):
     """Each note is said once per process; every test here starts with none said."""
     monkeypatch.setattr("convinit.config.train_config._SAID", set())
+    monkeypatch.setattr("convinit.config.train_config._PENDING", [])
 
 
 def test_shortened_run_scales_the_presets_warmup_to_the_same_fraction(capsys):
     cfg = resolve_config("default", ["epochs=1"])  # default: 1 warm-up epoch of 20
     assert cfg.warmup_epochs == pytest.approx(0.05)
+    assert capsys.readouterr().err == ""  # kept until the config is known to be usable
+    say_notes()
     note = capsys.readouterr().err
     assert note.count("\n") == 1
     assert "warmup_epochs 1 of preset 'default' (set for its epochs=20) scaled to 0.05 for epochs=1" in note
@@ -63,6 +66,7 @@ def test_user_subset_replaces_the_presets_other_subset_key(tmp_path, capsys):
     preset.write_text("extends: default\ntrain_fraction: 0.5\n")
     cfg = resolve_config(str(preset), ["per_class=10"])
     assert (cfg.per_class, cfg.train_fraction) == (10, None)
+    say_notes()
     assert "train_fraction 0.5 of preset" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="set train_fraction or per_class, not both"):
         resolve_config("default", ["per_class=10", "train_fraction=0.5"])
@@ -86,3 +90,14 @@ def test_efficiency_refusal_names_the_method_and_where_each_value_came_from(tmp_
         "convinit: error: --method convit: warmup_epochs (5.0, set by you) must be shorter than "
         "epochs (3, set by you)" in capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    "bad", ["lr=-1", "model_args.dimm=3", "dataset=folder"], ids=["config", "model", "data"]
+)
+def test_a_refused_run_says_only_its_error_not_the_adapted_warmup(bad, tmp_path, capsys):
+    """epochs=1 adapts the preset's warm-up; the note would only stand before the error that matters."""
+    argv = ["train", "epochs=1", bad, f"data_dir={tmp_path / 'none'}", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("convinit: error: ") and err.count("\n") == 1

@@ -203,3 +203,13 @@ def test_teacher_that_is_not_a_run_or_model_is_rejected(tmp_path, tiny_overrides
             run_dir=tmp_path / "r",
             progress=False,
         )
+
+
+def test_progress_names_training_accuracy_and_the_data_found(tmp_path, tiny_overrides, capsys):
+    """The bar's accuracy is the training batches' (a test accuracy would read otherwise), and the run
+    says which classes and how many training / test images it found before training on them."""
+    overrides = [*tiny_overrides, "per_class=50", "log_every=1"]
+    train(resolve_config(None, overrides), run_dir=tmp_path / "run", progress=True)
+    err = capsys.readouterr().err
+    assert "dataset: digits, 10 classes (0, 1, 2, ..., 8, 9), 500 training / 797 test images\n" in err
+    assert "train_acc=" in err and " acc=" not in err

@@ -4,8 +4,9 @@
   paper Fig. 5), from the `nonlocality/L{l}` keys of `metrics.jsonl`.
 - `plot_gates`: sigmoid(lambda) of each head vs epoch, one panel per GPSA layer, head mean in black
   (paper Fig. 6), from the `gate/L{l}/H{h}` keys.
-- `plot_attention_maps`: where one query patch looks, for each head of chosen layers, on a log colour
-  scale with each head's gate printed (paper Fig. 7), from a model and an image.
+- `plot_attention_maps`: where one query patch looks, for each head of every layer (of the first,
+  middle and last beyond six layers, or chosen ones; the figure says which rule), on a log colour scale
+  with each head's gate printed (paper Fig. 7), from a model and an image.
 - `render_run_analysis(run_dir, model=None)`: all of the above that the run allows, into run_dir/analysis/.
 
 Figures are drawn with matplotlib's object API (`Figure` + Agg), so nothing touches pyplot's global
@@ -27,6 +28,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from convinit.analysis.gates import gate_values
 from convinit.analysis.locality import attention_layers, model_grid, patch_attention
@@ -35,6 +37,7 @@ from convinit.models.layers import record_attention
 from convinit.runs.metrics import read_metrics as run_metrics
 
 Records = Sequence[Mapping[str, Any]]
+ALL_LAYERS_UP_TO = 6  # attention maps show every layer up to this depth, beyond it first, middle and last
 NONLOCALITY_KEY = re.compile(r"^nonlocality/L(\d+)$")
 GATE_KEY = re.compile(r"^gate/L(\d+)/H(\d+)$")
 
@@ -90,9 +93,11 @@ def plot_nonlocality(runs: Mapping[str, str | Path | Records], path: str | Path)
             ax.plot(*series(records, f"nonlocality/L{layer}"), color=colour, label=f"L{layer}")
         ax.set_title(label)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # tracked at whole epochs
         if layers:
             ax.legend(fontsize=6, ncol=2)
     axes[0].set_ylabel("non-locality (patches)")
+    fig.suptitle("Mean attention distance per layer through training")
     return _save(fig, path)
 
 
@@ -116,13 +121,13 @@ def plot_gates(run: str | Path | Records, path: str | Path, title: str | None = 
             ax.plot(epochs, mean, color="black", linewidth=2, label="mean")
         ax.set_title(f"layer {layer}", fontsize=9)
         ax.set_ylim(0, 1)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes[len(layers) :]:
         ax.set_visible(False)
     axes[0].legend(fontsize=6)
     fig.supxlabel("epoch")
     fig.supylabel("gate sigmoid(lambda)")
-    if title:
-        fig.suptitle(title)
+    fig.suptitle(f"{title}: positional gates per head" if title else "Positional gates per head")
     return _save(fig, path)
 
 
@@ -155,20 +160,16 @@ def attention_maps_figure(
 ) -> Figure:
     """Attention of one query patch (row, col; default the centre) over the patch grid, per head.
 
-    One row per chosen layer (index as in `attention_layers`; default first, middle and last), one
-    column per head, log colour scale with its colour bar, the query outlined in red and each GPSA
-    head's gate in its title; `title` (the model, the moment) heads the figure. Uses the first image of
-    `images` (already normalised, shape (B, C, H, W)). For layers with a class token, the patch-to-patch
-    attention is shown, renormalised over patches (see locality).
+    One row per chosen layer (index as in `attention_layers`; default `default_layers`), one column per
+    head, log colour scale with its colour bar, the query outlined in red and each GPSA head's gate in its
+    title; `title` (the model, the moment) heads the figure, above which layers are shown and why. Uses
+    the first image of `images` (already normalised, shape (B, C, H, W)). For layers with a class token,
+    the patch-to-patch attention is shown, renormalised over patches (see locality).
     """
     names = [name for name, _ in attention_layers(model)]
     if not names:
         raise ConfigError("the model has no attention layers to plot")
-    if layers is None:
-        layers = sorted({0, len(names) // 2, len(names) - 1})
-    bad = [layer for layer in layers if not 0 <= layer < len(names)]
-    if bad:
-        raise ConfigError(f"layers {bad} out of range; the model has attention layers 0..{len(names) - 1}")
+    layers, rule = shown_layers(len(names), layers)
     was_training = model.training
     model.eval()
     try:
@@ -203,8 +204,28 @@ def attention_maps_figure(
             ax.set_title(label, fontsize=8)
         fig.colorbar(image, ax=list(ax_row), shrink=0.8, label="attention weight")
     where = f"attention of the query patch (row {row}, col {col}, red square) over the {rows}x{cols} patches"
-    fig.suptitle(f"{title}\n{where}" if title else where, fontsize=9)
+    which = f"layers {', '.join(map(str, layers))} of 0-{len(names) - 1} ({rule})"
+    fig.suptitle(f"{title}\n{where}; {which}" if title else f"{where}; {which}", fontsize=9)
     return fig
+
+
+def shown_layers(count: int, layers: Sequence[int] | None) -> tuple[list[int], str]:
+    """The layers a figure of a model with `count` attention layers shows, and the rule in words."""
+    if layers is None:
+        return default_layers(count)
+    bad = [layer for layer in layers if not 0 <= layer < count]
+    if bad:
+        raise ConfigError(f"layers {bad} out of range; the model has attention layers 0..{count - 1}")
+    return list(layers), "chosen"
+
+
+def default_layers(count: int) -> tuple[list[int], str]:
+    """The layers a figure shows unasked, and the rule in words: every one up to `ALL_LAYERS_UP_TO`
+    (the demo's depth-4 ViTs show all four), beyond that the first, middle and last (a ViT-Ti has 12,
+    and twelve rows of heads would not read)."""
+    if count <= ALL_LAYERS_UP_TO:
+        return list(range(count)), "all"
+    return sorted({0, count // 2, count - 1}), "first, middle and last"
 
 
 def render_run_analysis(

@@ -8,6 +8,7 @@ from convinit.config.train_config import (
     base_type,
     build_config,
     config_differences,
+    drop_notes,
     load_config,
     merge,
     parse_overrides,
@@ -15,6 +16,7 @@ from convinit.config.train_config import (
     read_yaml,
     resolve_config,
     save_config,
+    say_notes,
 )
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "base_type",
     "build_config",
     "config_differences",
+    "drop_notes",
     "load_config",
     "merge",
     "parse_overrides",
@@ -31,4 +34,5 @@ __all__ = [
     "read_yaml",
     "resolve_config",
     "save_config",
+    "say_notes",
 ]

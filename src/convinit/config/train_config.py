@@ -430,13 +430,28 @@ def checked_values(values: dict[str, Any]) -> dict[str, Any]:
 
 
 _SAID: set[str] = set()
+_PENDING: list[str] = []
 
 
 def say_once(message: str) -> None:
-    """One line on stderr per adapted default; a grid resolving one preset many times says it once."""
+    """One line per adapted default, kept until `say_notes` (a grid resolving one preset many times
+    says it once): a note about a config that is then refused would only stand before the error."""
     if message not in _SAID:
         _SAID.add(message)
+        _PENDING.append(message)
+
+
+def say_notes() -> None:
+    """Print the notes kept so far on stderr, once the config is known to be usable (validation passed,
+    or the command succeeded); `convinit.train.validate` and the grid runner call it."""
+    for message in _PENDING:
         print(f"convinit: {message}", file=sys.stderr)
+    _PENDING.clear()
+
+
+def drop_notes() -> None:
+    """Forget the kept notes: the command failed, and its error is the one line that matters."""
+    _PENDING.clear()
 
 
 def resolve_config(
@@ -450,8 +465,7 @@ def resolve_config(
     if isinstance(model, str) and model.startswith(("timm:", "hf:")) and values.get("model_args"):
         # the preset's model_args are its own model's (dim, depth...): a timm / transformers model
         # starts from its own defaults
-        print(f"convinit: model {model}: the preset's model_args (for {values.get('model')}) are not used",
-              file=sys.stderr)  # fmt: skip
+        say_once(f"model {model}: the preset's model_args (for {values.get('model')}) are not used")
         values = {key: value for key, value in values.items() if key != "model_args"}
     return build_config(merge(values, extra), set(extra), preset or "default")
 

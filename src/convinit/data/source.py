@@ -64,6 +64,14 @@ class DataSource:
     def num_classes(self) -> int:
         return len(self.classes)
 
+    def counts(self) -> str:
+        """'10 classes (0, 1, 2, ..., 8, 9), 1000 training / 797 test images': what the run found, said at its
+        start so that a folder read other than meant (a class too few, a split too small) shows at once."""
+        names = [str(c) for c in self.classes]
+        shown = ", ".join(names if len(names) <= 6 else [*names[:3], "...", *names[-2:]])
+        test = self.test.labels if isinstance(self.test, DeviceLoader) else self.test.dataset
+        return f"{len(names)} classes ({shown}), {self.train_size} training / {len(test)} test images"
+
     def init_batch(self, count: int = INIT_BATCH) -> torch.Tensor:
         """`count` training images spread evenly over the training set, preprocessed as for evaluation (no
         augmentation), on the CPU: what `initialize(..., images=...)` fits on and measures at step 0."""

@@ -75,14 +75,26 @@ def efficiency_dirname(spec: RunSpec) -> str:
     return f"{slug(spec.extra['group'])}/f{spec.extra['fraction']:g}/seed{spec.seed}"
 
 
-def curves(root: Path) -> dict[str, list[tuple[int, float]]]:
-    """{method: [(training images, mean final accuracy)]} from the finished runs under `root`."""
+def accuracies(root: Path) -> dict[str, dict[int, list[float]]]:
+    """{method: {training images: [final accuracy of each seed]}} from the finished runs under `root`."""
     points: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for record in find_runs(root):
         if "train_images" in record.experiment and record.final_accuracy is not None:
             group = record.experiment.get("group", record.label)  # a hand-made record may lack it
             points[group][int(record.experiment["train_images"])].append(record.final_accuracy)
+    return points
+
+
+def curves(root: Path) -> dict[str, list[tuple[int, float]]]:
+    """{method: [(training images, mean final accuracy)]} from the finished runs under `root`."""
+    points = accuracies(root)
     return {m: sorted((n, statistics.fmean(a)) for n, a in by_n.items()) for m, by_n in points.items()}
+
+
+def mean_std(values: list[float]) -> str:
+    """'71.3 +- 2.1' over seeds; the mean alone for one seed (no spread to give)."""
+    mean = f"{statistics.fmean(values):.1f}"
+    return f"{mean} +- {statistics.stdev(values):.1f}" if len(values) > 1 else mean
 
 
 def area_between(curve: list[tuple[int, float]], reference: list[tuple[int, float]]) -> float:
@@ -96,8 +108,9 @@ def area_between(curve: list[tuple[int, float]], reference: list[tuple[int, floa
 
 
 def efficiency_summary(root: Path) -> str:
-    """Markdown: accuracy per method and data size, and each method's area against the first."""
-    data = curves(root)
+    """Markdown: final accuracy per method and data size (mean +- std over seeds), and each method's area
+    against the first; a line under the table says how many seeds each cell holds."""
+    data, seeds = curves(root), accuracies(root)
     if not data:
         raise ConfigError(f"{root} holds no finished efficiency runs")
     methods = list(data)
@@ -107,8 +120,14 @@ def efficiency_summary(root: Path) -> str:
         "| --- | " + " | ".join("---:" for _ in sizes) + " | ---: |",
     ]
     for method in methods:
-        accs = dict(data[method])
-        cells = [f"{accs[n]:.1f}" if n in accs else "-" for n in sizes]
+        cells = [mean_std(seeds[method][n]) if n in seeds[method] else "-" for n in sizes]
         gain = area_between(data[method], data[methods[0]])
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {gain:+.2f} |")
+    counts = sorted({len(a) for by_n in seeds.values() for a in by_n.values()})
+    over = f"{counts[0]}" if counts[0] == counts[-1] else f"{counts[0]}-{counts[-1]}"
+    lines += [
+        "",
+        f"Final-epoch test accuracy (%), mean +- std over the {over} seed(s) of each cell; gain: the mean "
+        f"difference from {methods[0]} over log10(training images).",
+    ]
     return "\n".join(lines)

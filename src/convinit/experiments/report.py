@@ -276,10 +276,12 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def save_plot(fig, ax, path: Path, legend_size: int = 8) -> None:
-    """Grid, legend and an atomic PNG write; the figure is closed."""
+def save_plot(fig, ax, path: Path, legend_size: int = 8, title: str | None = None) -> None:
+    """Title, grid, legend and an atomic PNG write; the figure is closed."""
     import matplotlib.pyplot as plt
 
+    if title:
+        ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=legend_size)
     fig.tight_layout()
@@ -288,11 +290,13 @@ def save_plot(fig, ax, path: Path, legend_size: int = 8) -> None:
     plt.close(fig)
 
 
-def plot_curves(records: list[RunRecord], path: Path) -> None:
+def plot_curves(records: list[RunRecord], path: Path, title: str = "Test accuracy after each epoch") -> None:
+    """Test accuracy against the epoch (whole epochs on the axis), one line per row, mean over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, group in group_runs(records):
@@ -303,9 +307,10 @@ def plot_curves(records: list[RunRecord], path: Path) -> None:
                     by_epoch[row["epoch"]].append(row["test_acc"])
         epochs = sorted(by_epoch)
         ax.plot(epochs, [statistics.fmean(by_epoch[e]) for e in epochs], marker=".", label=label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # evaluations happen at whole epochs
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (%)")
-    save_plot(fig, ax, path, legend_size=8)
+    save_plot(fig, ax, path, legend_size=8, title=title)
 
 
 def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_x: bool = False) -> bool:
@@ -329,11 +334,23 @@ def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_
         stds = [statistics.stdev(values[x]) if len(values[x]) > 1 else 0.0 for x in xs]
         ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=group)
     if log_x:
-        ax.set_xscale("log")
+        log_axis_at(ax, sorted({x for values in points.values() for x in values}))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("final test accuracy (%)")
-    save_plot(fig, ax, path, legend_size=8)
+    title = f"Final test accuracy against {xlabel} (mean ± std over seeds)"
+    save_plot(fig, ax, path, legend_size=8, title=title)
     return True
+
+
+def log_axis_at(ax, xs: list[float]) -> None:
+    """A log x axis labelled at the measured values only (two sizes otherwise get one decade tick, or
+    none, and unlabelled minor ticks), with room either side so no point sits on the frame."""
+    ax.set_xscale("log")
+    ax.set_xticks(xs, [f"{x:g}" for x in xs])
+    ax.minorticks_off()
+    low, high = min(xs), max(xs)
+    pad = (high / low) ** 0.08 if high > low else 2.0
+    ax.set_xlim(low / pad, high * pad)
 
 
 BIAS_NOTE = (
@@ -386,7 +403,7 @@ def plot_bias(records: list[RunRecord], path: Path) -> bool:
     ax.set_xlabel("training step")
     ax.set_ylabel("attention mass (solid: target, dashed: best offset)")
     ax.set_ylim(0, 1)
-    save_plot(fig, ax, path, legend_size=7)
+    save_plot(fig, ax, path, legend_size=7, title="Attention on the convolutional offsets through training")
     return True
 
 
@@ -427,7 +444,7 @@ def write_report_files(
         writer.writeheader()
         writer.writerows(rows)
         atomic_write_text(out / "results.csv", table.getvalue())
-        plot_curves(records, out / "curves.png")
+        plot_curves(records, out / "curves.png", f"{title}: test accuracy after each epoch")
     parts = [
         f"# {title}",
         "",

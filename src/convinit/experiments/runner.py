@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from convinit.config import config_differences, load_config, save_config
+from convinit.config import config_differences, load_config, save_config, say_notes
 from convinit.errors import ConfigError, ConvinitError
 from convinit.experiments.grid import RunSpec
 from convinit.runs import parent_death as lifetime
@@ -248,6 +248,7 @@ def run_grid(
     check_distinct(runs)
     with own_run_dir(Path(out)):
         check_unchanged(runs, out)
+        say_notes()  # the grid is accepted: its configs' adapted defaults
         outcome: dict[str, str] = {}
         todo = []
         for spec in runs:

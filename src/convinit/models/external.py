@@ -46,6 +46,11 @@ def is_external(name: str) -> bool:
 
 
 def build_timm(name: str, **kwargs: Any) -> nn.Module:
+    if "/" in name or "\\" in name or name.startswith((".", "~")):  # before timm's import: one line at once
+        raise ConfigError(
+            f"model timm:{name} is a path, not a timm model name (e.g. timm:vit_tiny_patch16_224; "
+            "timm.list_models('vit_*') lists them)"
+        )
     try:
         import timm
     except ImportError as exc:

@@ -384,6 +384,19 @@ def load_checked(config: dict[str, Any], weights: Path, source: str, map_locatio
     return model.eval()
 
 
+def refuse_missing_folder(folder: Path) -> None:
+    """`models/photo` where the folder `models/` is here: a mistyped local folder, not a Hub repository
+    (whose lookup, offline, retries for half a minute); one line now, with the folder's close names."""
+    from convinit.naming.did_you_mean import close_names
+
+    close = close_names(folder.name, [p.name for p in folder.parent.iterdir() if p.is_dir()], n=1)
+    hint = f" (did you mean {folder.parent / close[0]}?)" if close else f" in {folder.parent}"
+    raise ConfigError(
+        f"{folder}: no such folder{hint}; pass a folder from `convinit export` (a name user/name is read "
+        "from the Hub only when no folder user/ is here)"
+    )
+
+
 def is_repo_id(text: str) -> bool:
     return bool(REPO_ID.fullmatch(text)) and ".." not in text and "--" not in text
 
@@ -411,6 +424,8 @@ def from_pretrained(
         raise ConfigError(
             f"{source} is not a model folder nor a Hub name user/name; pass a folder from `convinit export`"
         )
+    elif folder.parent != Path(".") and folder.parent.is_dir():
+        refuse_missing_folder(folder)
     hub = dict(revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token)
     try:
         if not folder.is_dir():  # the Hub: read and check config.json first, from the cache when offline

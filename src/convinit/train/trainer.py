@@ -123,6 +123,7 @@ def train_owned(
     ddp = start_distributed(plan, run_dir)
     run = build_run(plan, Path(run_dir) if run_dir else new_run_dir(cfg), resume, overwrite, ddp)
     if ddp.is_main and progress:
+        print(f"dataset: {cfg.dataset}, {run.data.counts()}", file=sys.stderr)
         print(f"data: {run.data.mode} ({run.data.reason}); {run.threads.line()}", file=sys.stderr)
     if run.checkpoint is None and cfg.eval_every:  # every rank evaluates its shard of the test set
         row = {"epoch": 0, "step": 0, **evaluation_row(run)}  # the model at initialisation
@@ -205,7 +206,7 @@ def report_progress(run: Run, epoch: int, step: int, bar: tqdm, seconds: float) 
     bar.set_postfix(
         epoch=f"{epoch + 1}/{run.cfg.epochs}",
         loss=f"{values['loss']:.3f}",
-        acc=f"{100 * totals['correct'] / seen:.1f}",
+        train_acc=f"{100 * totals['correct'] / seen:.1f}",  # this epoch's training batches, not the test set
         img_s=f"{values['images_per_s']:.0f}",
         refresh=False,
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from convinit.config import TrainConfig
+from convinit.config import TrainConfig, say_notes
 from convinit.data import check_available
 from convinit.data.datasets import dataset_options
 from convinit.errors import ConfigError
@@ -43,6 +43,7 @@ def validate(cfg: TrainConfig) -> RunPlan:
 
         for name in cfg.track:
             get_tracker(name)
+    say_notes()  # the adapted defaults' notes, now that nothing refused the config
     return plan
 
 
