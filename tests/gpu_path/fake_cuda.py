@@ -284,3 +284,29 @@ def describe(transfers: list[Transfer]) -> str:
     for transfer in transfers:
         counts[str(transfer)] = counts.get(str(transfer), 0) + 1
     return "\n".join(f"{n} x {line}" for line, n in counts.items()) or "none"
+
+
+class DeviceOpCount(TorchDispatchMode):
+    """Counts the aten ops that run on the device (a CUDA tensor in or out, or made on CUDA): on a GPU
+    each is a kernel launched from Python, or a view that costs the host as much. Enter it inside
+    `fake_cuda()`; host ops (a CPU draw, an epoch order) are not counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: dict[str, int] = {}
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name in IGNORED:  # metadata, no work
+            return out
+        target = kwargs.get("device")
+        on_device = target is not None and torch.device(target).type == "cuda"
+        if on_device or any(t.device.type == "cuda" for t in tensors_in((args, kwargs), out)):
+            self.ops[name] = self.ops.get(name, 0) + 1
+        return out
