@@ -22,6 +22,7 @@ from PIL import Image
 
 from convinit.config import TrainConfig
 from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
+from convinit.data.cores import decoding_workers
 from convinit.data.datasets import ImageDataset, dataset_options
 from convinit.data.image_files import GRAYSCALE_MODES, UNREADABLE, unreadable_image
 from convinit.data.readers.folder import FolderSplits, folder_splits
@@ -241,7 +242,7 @@ def stream_loaders(
     world_size: int,
     device: torch.device,
 ) -> tuple[StreamLoader, StreamLoader]:
-    workers = min(cfg.workers, os.cpu_count() or 1)
+    workers = decoding_workers(cfg.workers)  # this rank's share of the cores (LOCAL_WORLD_SIZE ranks)
     pin = device.type == "cuda"
     train = StreamLoader(
         train_set,
