@@ -401,7 +401,9 @@ def decoded_bytes(n_images: int, in_chans: int, size: tuple[int, int]) -> int:
     return n_images * in_chans * size[0] * size[1]
 
 
-def choose_data_mode(mode: str, needed_bytes: int, budget_bytes: int) -> tuple[str, str]:
+def choose_data_mode(
+    mode: str, needed_bytes: int, budget_bytes: int, streamed_from: str = "disk"
+) -> tuple[str, str]:
     """(`device` or `stream`, why): `auto` keeps data on the device only when it fits the budget."""
     if mode not in ("auto", "device", "stream"):
         raise ValueError(f"data_mode must be auto, device or stream, got {mode!r}")
@@ -410,4 +412,4 @@ def choose_data_mode(mode: str, needed_bytes: int, budget_bytes: int) -> tuple[s
         return mode, f"data_mode={mode} ({gib})"
     if needed_bytes <= budget_bytes:
         return "device", f"{gib} fits the {budget_bytes / 2**30:.2f} GiB budget: device-resident"
-    return "stream", f"{gib} exceeds the {budget_bytes / 2**30:.2f} GiB budget: streamed from disk"
+    return "stream", f"{gib} exceeds the {budget_bytes / 2**30:.2f} GiB budget: streamed from {streamed_from}"

@@ -17,7 +17,7 @@ from convinit.data import check_available
 from convinit.data.datasets import dataset_options
 from convinit.errors import ConfigError
 from convinit.runs.loggers import check_loggers
-from convinit.train.memory_guard import check_fits_in_memory, check_model_args_bounded
+from convinit.train.memory_guard import check_data_fits, check_fits_in_memory, check_model_args_bounded
 from convinit.train.plan import RunPlan, resolve_plan
 
 
@@ -32,6 +32,7 @@ def validate(cfg: TrainConfig) -> RunPlan:
                 f"teacher {path} is neither a run directory nor a saved model (convinit export)"
             )
     check_available(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
+    check_data_fits(cfg.dataset, cfg.data_mode, plan.device)
     if plan.model is not None:
         check_model_args_bounded(cfg.model_args)
         check_model(plan)
