@@ -2,7 +2,8 @@
 
 `fake_cuda()` enters torch's `FakeTensorMode`: tensors carry shapes, dtypes and a (fake) device but no
 data, so `device="cuda"` works without a GPU and every op checks CUDA's device rules (a CPU tensor beside
-a CUDA one raises, as on a GPU). bf16 autocast on `cuda` is let through, as on a GPU. Host work stays
+a CUDA one raises, as on a GPU). bf16 autocast on `cuda` is let through, as on a GPU, and the device
+reports an H200's memory (`mem_get_info`), which the data path sizes datasets by. Host work stays
 real: an op on real CPU tensors only (a dataset read, a `randperm` for the epoch order, a model built on
 the CPU) runs for real, so its values exist; only what is on, or goes to, the device is fake.
 
@@ -51,6 +52,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 CUDA = torch.device("cuda", 0)
+TOTAL_BYTES, FREE_BYTES = 141 << 30, 140 << 30  # the pretend device's memory (an H200's), for data sizing
 TORCH_DIR = str(Path(torch.__file__).parent)
 THIS_FILE = str(Path(__file__))
 
@@ -263,6 +265,7 @@ def fake_cuda() -> Iterator[FakeTensorMode]:
     with ExitStack() as stack:
         stack.enter_context(mock.patch("torch.cuda.amp.common.amp_definitely_not_available", lambda: False))
         stack.enter_context(mock.patch("torch.cuda.is_bf16_supported", lambda *a, **k: True))
+        stack.enter_context(mock.patch("torch.cuda.mem_get_info", lambda *a, **k: (FREE_BYTES, TOTAL_BYTES)))
         stack.enter_context(mock.patch.object(torch.Tensor, "backward", fake_backward))
         stack.enter_context(mock.patch.object(torch.nn.Module, "_apply", rebinding_apply))
         stack.enter_context(mock.patch.object(FakeTensor, "tolist", fake_tolist))
