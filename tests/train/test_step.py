@@ -169,7 +169,7 @@ def test_the_ema_update_launches_as_many_ops_for_40_tensors_as_for_4():
         with CountOps() as counter:
             ema.update_parameters(model, torch.tensor(True))
         counts.append(counter.count)
-    assert counts[0] == counts[1] <= 16, counts
+    assert counts[0] == counts[1] <= 20, counts
 
 
 def test_totals_sum_what_each_step_saw():

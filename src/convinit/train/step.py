@@ -62,15 +62,17 @@ def fused_update(
     step: torch.Tensor,
 ) -> None:
     """averaged <- lerp(averaged, current, weight) on a normal step, current on the first, unchanged on a
-    skipped one: six fused launches, each choice made by multiplying by a 0-dim 0/1 flag (exact for finite
-    values), so the result equals a per-tensor `lerp_` with the weight 0, 1 or `weight` bit for bit."""
-    blend = step & ~first
-    stepped = torch._foreach_lerp(averaged, current, weight)
-    torch._foreach_mul_(stepped, blend.to(averaged[0].dtype))
-    torch._foreach_mul_(averaged, (~step).to(averaged[0].dtype))
-    torch._foreach_add_(averaged, stepped)
-    copied = torch._foreach_mul(current, (step & first).to(averaged[0].dtype))
-    torch._foreach_add_(averaged, copied)
+    skipped one: seven fused launches, each choice made by multiplying by a 0-dim 0/1 flag (exact for
+    finite values), so the result equals a per-tensor `lerp_` with the weight 0, 1 or `weight` bit for
+    bit. One temporary copy of the average, reused for both terms."""
+    dtype = averaged[0].dtype
+    term = torch._foreach_lerp(averaged, current, weight)
+    torch._foreach_mul_(term, (step & ~first).to(dtype))
+    torch._foreach_mul_(averaged, (~step).to(dtype))
+    torch._foreach_add_(averaged, term)
+    torch._foreach_copy_(term, current)
+    torch._foreach_mul_(term, (step & first).to(dtype))
+    torch._foreach_add_(averaged, term)
 
 
 class StepTotals:
