@@ -194,7 +194,10 @@ def decoded_set_mode(
     """Device or stream for a set its reader decoded whole (every reader but a streamed folder's), sized
     before any of it goes to the device: `auto` keeps it there when the training and test images fit
     `data_budget_gb`, else serves it per sample from host memory; `device` refuses, in one line, a set
-    larger than the device's free memory instead of failing in the copy."""
+    larger than the device's free memory instead of failing in the copy. A CPU run keeps the set where it
+    was decoded: streaming it would hold the same memory and only add work."""
+    if device.type == "cpu" and cfg.data_mode == "auto":
+        return "device", f"data_mode=auto: {cfg.dataset} is decoded in host memory, where a CPU run keeps it"
     images = len(keep) * dataset.train_images[0].numel() + dataset.test_images.numel()
     mode, reason = choose_data_mode(cfg.data_mode, images, memory_budget(cfg, device), "host memory")
     if mode == "device" and device.type == "cuda":
