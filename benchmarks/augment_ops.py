@@ -5,6 +5,9 @@ writes (views write none): a launch count and a pixel-work count that do not dep
 The read-free (accelerator) branch is forced on the CPU, so the figures are those a CUDA step runs.
 
     python benchmarks/augment_ops.py            # DeiT preset (224 px) and paper 1's recipe_aug (32 px)
+
+It then prints each recipe's op count at batch 16 and at batch 256 (32 px): equal when no op is launched
+per image (`tests/gpu_path/test_step_launches.py` asserts it for a whole training step on fake CUDA).
 """
 
 from __future__ import annotations
@@ -64,6 +67,27 @@ PRESETS = {
 }  # fmt: skip
 
 
+CIFAR_STATS = dict(mean=(0.491, 0.482, 0.447), std=(0.247, 0.243, 0.262), train=True)
+RECIPES = {
+    "crop + flip": dict(crop_padding=4, hflip=True),
+    "DeiT": dict(resized_crop_scale=0.08, hflip=True, randaugment_n=2, randaugment_m=9, randaugment_mstd=0.5,
+                 random_erasing=0.25, randaugment_policy="timm"),
+    "paper 1 recipe_aug": dict(resized_crop_scale=0.08, hflip=True, randaugment_n=2, randaugment_m=14,
+                               randaugment_policy="torchvision"),
+    "streamed finishing": dict(random_erasing=0.25),
+}  # fmt: skip
+BATCHES = (16, 256)
+
+
+def ops_by_batch(options: dict, seed: int) -> list[int]:
+    """Aten ops of one augmentation call at each of `BATCHES` (32 px), after a warm-up call."""
+    totals = []
+    for batch in BATCHES:
+        whole, _ = count({**CIFAR_STATS, **options}, (batch, 3, 32, 32), seed)
+        totals.append(sum(whole.calls.values()))
+    return totals
+
+
 def count(options: dict, shape: tuple[int, ...], seed: int) -> tuple[OpCounter, OpCounter]:
     """(whole augmentation, RandAugment alone) counters for one batch, after one warm-up batch."""
     augment = read_free(BatchAugment(**options))
@@ -74,8 +98,9 @@ def count(options: dict, shape: tuple[int, ...], seed: int) -> tuple[OpCounter, 
     with whole:
         augment(images)
     x = torch.rand(shape[0], shape[1], *(options.get("out_size") or shape[2:]))
-    with alone:
-        augment.randaugment(x)
+    if augment.randaugment is not None:
+        with alone:
+            augment.randaugment(x)
     return whole, alone
 
 
@@ -95,6 +120,9 @@ def main() -> None:
         )
         if args.top:
             print("   ", ", ".join(f"{op} {n}" for op, n in alone.calls.most_common(args.top)))
+    print(f"aten ops of one augmentation call at batch {' / '.join(map(str, BATCHES))} (32 px):")
+    for name, options in RECIPES.items():
+        print(f"  {name}: {' / '.join(f'{n:,}' for n in ops_by_batch(options, args.seed))}")
 
 
 if __name__ == "__main__":

@@ -34,3 +34,26 @@ def test_each_tile_of_the_grid_has_its_class_name_under_it(tiny_overrides):
     assert np.array_equal(captions[0], captions[same[0]]) and not np.array_equal(
         captions[0], captions[other[0]]
     )
+
+
+def test_the_preview_draws_on_the_device_from_its_own_seeded_generator_and_restores_the_runs(monkeypatch):
+    """On a (pretend) GPU: the device generator's state is saved, seeded from the preview's seed before
+    any draw and put back afterwards, so the run's CUDA random stream is as if no preview were drawn."""
+    from tests.gpu_path.fake_cuda import fake_cuda
+    from tests.gpu_path.test_training_step import TINY_VIT, device_data, digits_config, read_dataset
+
+    log = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": log.append("save") or "state")
+    monkeypatch.setattr(
+        torch.cuda, "set_rng_state", lambda state, device="cuda": log.append(f"restore {state}")
+    )
+    monkeypatch.setattr(torch.cuda, "manual_seed", lambda seed: log.append(f"seed {seed}"))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: __import__("contextlib").nullcontext())
+    cfg = digits_config("paper1/recipe", [*TINY_VIT, "hflip=true", "crop_padding=2"])
+    dataset = read_dataset(cfg)
+    with fake_cuda():
+        data = device_data(cfg, dataset)
+        augment = data.augment.forward
+        data.augment.forward = lambda images: log.append("draw") or augment(images)
+        augmented_samples(data, seed=7)
+    assert log == ["save", "seed 7", "draw", "restore state"]

@@ -13,6 +13,7 @@ from convinit.config import resolve_config
 from convinit.data import DeviceLoader
 from convinit.data.source import build_data
 from convinit.data.streamed_loader import StreamLoader
+from convinit.errors import ConfigError
 
 pytest.importorskip("timm")
 CPU = torch.device("cpu")
@@ -62,6 +63,40 @@ def test_a_dataset_read_whole_can_be_streamed_per_sample():
     assert data.mode == "stream" and data.in_chans == 1 and data.img_size == (8, 8)
     images, _ = next(iter(data.train))
     assert data.augment(images).shape == (16, 1, 8, 8)
+
+
+def test_auto_sizes_a_hugging_face_dataset_and_streams_it_when_larger_than_the_budget(tmp_path, digits):
+    """Not only folders: a set its reader decodes whole is sized before it goes to the (pretend) GPU."""
+    from unittest import mock
+
+    from convinit.data.datasets import load_dataset
+    from tests.data.test_hf_reader import digits_split
+    from tests.gpu_path.fake_cuda import CUDA, fake_cuda
+
+    datasets = pytest.importorskip("datasets")
+    path = tmp_path / "saved"
+    splits = dict(train=digits_split(digits, "train", 40), test=digits_split(digits, "test", 10))
+    datasets.DatasetDict(**splits).save_to_disk(str(path))
+    dataset = load_dataset("hf", path)
+    overrides = ["dataset=hf", f"data_dir={path}", "workers=0", "batch_size=8", "crop_padding=0"]
+    with fake_cuda(), mock.patch("convinit.data.source.load_dataset", lambda *args, **kwargs: dataset):
+        fits = build_data(resolve_config("default", [*overrides, "data_budget_gb=1"]), CUDA)
+        data = build_data(resolve_config("default", [*overrides, "data_budget_gb=0.000001"]), CUDA)
+    assert fits.mode == "device" and "fits the 1.00 GiB budget" in fits.reason
+    assert data.mode == "stream" and isinstance(data.train, StreamLoader)
+    assert data.reason == "0.00 GiB decoded exceeds the 0.00 GiB budget: streamed from host memory"
+    cpu = build_data(resolve_config("default", [*overrides, "data_budget_gb=0.000001"]), CPU)
+    assert cpu.mode == "device" and "where a CPU run keeps it" in cpu.reason  # streaming would save nothing
+
+
+def test_device_mode_refuses_in_one_line_a_set_larger_than_the_devices_free_memory(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10_000, 10**9))
+    cfg = resolve_config("default", ["data_mode=device"])  # digits: 1,797 images of 64 bytes
+    with pytest.raises(ConfigError) as refused:
+        build_data(cfg, torch.device("cuda"))
+    message = str(refused.value)
+    assert message.startswith("data_mode=device: digits's decoded images need") and "\n" not in message
+    assert "has 0.00 GiB free; use data_mode=auto or data_mode=stream" in message
 
 
 def test_device_mode_serves_uint8_batches_that_the_augmentation_normalises():

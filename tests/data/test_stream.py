@@ -172,3 +172,86 @@ def test_sampled_statistics_are_the_pixel_statistics_of_the_sampled_images(image
     np.testing.assert_allclose(std, pixels(paths).std(0), rtol=1e-9)
     few, _ = sampled_statistics(paths, 3, count=6)  # every tenth image
     np.testing.assert_allclose(few, pixels(paths[::10]).mean(0), rtol=1e-9)
+
+
+class Recorder:
+    """Stand-ins for CUDA's streams and events and for a batch's tensors, writing what happens in order."""
+
+    def __init__(self):
+        self.log: list[str] = []
+        self.current = "main"
+
+    def stream(self, name: str):
+        recorder = self
+
+        class Stream:
+            def wait_event(self, event):
+                recorder.log.append(f"{name} waits for {event.name}")
+
+        stream = Stream()
+        stream.name = name
+        return stream
+
+    def event(self):
+        recorder = self
+
+        class Event:
+            def record(self, stream):
+                self.name = f"event after copy on {stream.name}"
+                recorder.log.append(f"record event on {stream.name}")
+
+        return Event()
+
+    def stream_context(self, stream):
+        recorder = self
+
+        class Context:
+            def __enter__(self):
+                recorder.current = stream.name
+
+            def __exit__(self, *exc):
+                recorder.current = "main"
+
+        return Context()
+
+    def tensor(self, k: int):
+        recorder = self
+
+        class Moved:
+            def record_stream(self, stream):
+                recorder.log.append(f"batch {k} kept alive for {stream.name}")
+
+        class Host:
+            def to(self, device, non_blocking=False):
+                assert non_blocking and device.type == "cuda"
+                recorder.log.append(f"copy batch {k} on {recorder.current}")
+                return Moved()
+
+        return Host()
+
+
+def test_the_side_stream_copy_is_waited_for_before_use_and_fetches_no_batch_ahead(monkeypatch):
+    """Batch k is fetched, copied on the side stream, the training stream waits on its event, and only
+    then is it used; batch k + 1 is not fetched before batch k is handed over."""
+    from convinit.data import streamed_loader
+
+    recorder = Recorder()
+    main = recorder.stream("main")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: recorder.stream("side"))
+    monkeypatch.setattr(torch.cuda, "stream", recorder.stream_context)
+    monkeypatch.setattr(torch.cuda, "Event", recorder.event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: main)
+
+    def batches():
+        for k in range(2):
+            recorder.log.append(f"fetch batch {k}")
+            yield (recorder.tensor(k),)
+
+    for k, _ in enumerate(streamed_loader.to_device(batches(), torch.device("cuda"))):
+        recorder.log.append(f"use batch {k}")
+    per_batch = [
+        "fetch batch {k}", "copy batch {k} on side", "record event on side",
+        "main waits for event after copy on side", "batch {k} kept alive for main", "use batch {k}",
+    ]  # fmt: skip
+    assert recorder.log == [line.format(k=k) for k in range(2) for line in per_batch]

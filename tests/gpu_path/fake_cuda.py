@@ -2,7 +2,8 @@
 
 `fake_cuda()` enters torch's `FakeTensorMode`: tensors carry shapes, dtypes and a (fake) device but no
 data, so `device="cuda"` works without a GPU and every op checks CUDA's device rules (a CPU tensor beside
-a CUDA one raises, as on a GPU). bf16 autocast on `cuda` is let through, as on a GPU. Host work stays
+a CUDA one raises, as on a GPU). bf16 autocast on `cuda` is let through, as on a GPU, and the device
+reports an H200's memory (`mem_get_info`), which the data path sizes datasets by. Host work stays
 real: an op on real CPU tensors only (a dataset read, a `randperm` for the epoch order, a model built on
 the CPU) runs for real, so its values exist; only what is on, or goes to, the device is fake.
 
@@ -51,6 +52,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 CUDA = torch.device("cuda", 0)
+TOTAL_BYTES, FREE_BYTES = 141 << 30, 140 << 30  # the pretend device's memory (an H200's), for data sizing
 TORCH_DIR = str(Path(torch.__file__).parent)
 THIS_FILE = str(Path(__file__))
 
@@ -263,6 +265,7 @@ def fake_cuda() -> Iterator[FakeTensorMode]:
     with ExitStack() as stack:
         stack.enter_context(mock.patch("torch.cuda.amp.common.amp_definitely_not_available", lambda: False))
         stack.enter_context(mock.patch("torch.cuda.is_bf16_supported", lambda *a, **k: True))
+        stack.enter_context(mock.patch("torch.cuda.mem_get_info", lambda *a, **k: (FREE_BYTES, TOTAL_BYTES)))
         stack.enter_context(mock.patch.object(torch.Tensor, "backward", fake_backward))
         stack.enter_context(mock.patch.object(torch.nn.Module, "_apply", rebinding_apply))
         stack.enter_context(mock.patch.object(FakeTensor, "tolist", fake_tolist))
@@ -284,3 +287,29 @@ def describe(transfers: list[Transfer]) -> str:
     for transfer in transfers:
         counts[str(transfer)] = counts.get(str(transfer), 0) + 1
     return "\n".join(f"{n} x {line}" for line, n in counts.items()) or "none"
+
+
+class DeviceOpCount(TorchDispatchMode):
+    """Counts the aten ops that run on the device (a CUDA tensor in or out, or made on CUDA): on a GPU
+    each is a kernel launched from Python, or a view that costs the host as much. Enter it inside
+    `fake_cuda()`; host ops (a CPU draw, an epoch order) are not counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: dict[str, int] = {}
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name in IGNORED:  # metadata, no work
+            return out
+        target = kwargs.get("device")
+        on_device = target is not None and torch.device(target).type == "cuda"
+        if on_device or any(t.device.type == "cuda" for t in tensors_in((args, kwargs), out)):
+            self.ops[name] = self.ops.get(name, 0) + 1
+        return out

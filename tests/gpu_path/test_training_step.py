@@ -144,9 +144,23 @@ def test_evaluation_copies_its_order_and_reads_its_sums_once_per_pass():
         parts, data = device_run(cfg, dataset)
         with audit() as recorder:
             evaluate(parts.model, data.test, data.eval_transform, torch.bfloat16)
-    sites = [(t.kind, t.site.split(":")[0]) for t in recorder.blocking]
-    expected = [("h2d", "convinit/data/device_loader.py"), ("read", "convinit/train/evaluation.py")]
-    assert sites == expected, describe(recorder.blocking)
+    sites = [(t.kind, t.site.split(":")[0]) for t in recorder.transfers]
+    expected = [("h2d_async", "convinit/data/device_loader.py"), ("read", "convinit/train/evaluation.py")]
+    assert sites == expected, describe(recorder.transfers)
+
+
+def test_an_epoch_copies_its_order_to_the_device_once_without_blocking_repeated_augmentation_too():
+    """The epoch's order is the one host-to-device copy of a device-resident epoch, non-blocking (from
+    pinned memory on a GPU); with repeated augmentation, counting the epoch's length copies nothing."""
+    cfg = digits_config("paper1/recipe", [*TINY_VIT, "repeated_aug=3"])
+    dataset = read_dataset(cfg)
+    with fake_cuda():
+        data = device_data(cfg, dataset)
+        with audit() as recorder:
+            batches = list(data.train)
+    assert len(batches) == len(data.train) > 1
+    sites = [(t.kind, t.site.split(":")[0]) for t in recorder.transfers]
+    assert sites == [("h2d_async", "convinit/data/device_loader.py")], describe(recorder.transfers)
 
 
 def streamed_steps(folder: Path, overrides: list[str]) -> DeviceAudit:

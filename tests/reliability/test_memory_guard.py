@@ -38,3 +38,13 @@ def test_the_verdict_uses_the_devices_total_memory_not_what_other_processes_leav
     monkeypatch.setattr(memory_guard, "open", fake_meminfo(total_gib=4, available_gib=4), raising=False)
     with pytest.raises(ConfigError, match="but cpu has 4.0 GiB of memory in all"):
         check_fits_in_memory(model, 8, 1, 8, torch.device("cpu"))
+
+
+@pytest.mark.parametrize(("mode", "where"), [("device", "cpu"), ("auto", "cpu")])
+def test_a_fixed_format_set_too_large_for_the_memory_that_must_hold_it_is_refused_before_reading(
+    monkeypatch, mode, where
+):
+    """digits is 1,000 training images of 64 bytes: a machine of 32 KiB cannot hold it decoded."""
+    monkeypatch.setattr(memory_guard, "total_memory", lambda device: 32 * 1024)
+    with pytest.raises(ConfigError, match=f"need 0.0 GiB decoded but {where} has 0.0 GiB of memory in all"):
+        validate(resolve_config(None, [f"data_mode={mode}", "device=cpu"]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import signal
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -237,35 +238,74 @@ def test_model_without_a_kernel_for_the_autocast_dtype_is_told_to_use_fp32(tiny_
     assert "\n" not in message
 
 
-@pytest.fixture
-def cuda_math_restored():
-    """torch's CUDA math flags as they were, put back after the test. Saved and set by hand: the TF32
-    flags are attributes torch answers through `__getattr__`, which pytest's monkeypatch (9.2 and later)
-    takes for unset and tries to delete at teardown."""
-    matmul, conv, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn
-    saved = (matmul.fp32_precision, conv.fp32_precision, cudnn.benchmark)
-    yield
-    matmul.fp32_precision, conv.fp32_precision, cudnn.benchmark = saved
+def new_backends() -> SimpleNamespace:
+    """`torch.backends` as torch 2.9 and later shape it: `fp32_precision` on matmul and cudnn.conv."""
+    return SimpleNamespace(
+        cuda=SimpleNamespace(matmul=SimpleNamespace(fp32_precision="ieee")),
+        cudnn=SimpleNamespace(conv=SimpleNamespace(fp32_precision="ieee"), benchmark=False),
+    )
 
 
+def old_backends() -> SimpleNamespace:
+    """`torch.backends` before 2.9: the `allow_tf32` flags, no `fp32_precision`, no cudnn.conv."""
+    return SimpleNamespace(
+        cuda=SimpleNamespace(matmul=SimpleNamespace(allow_tf32=False)),
+        cudnn=SimpleNamespace(allow_tf32=False, benchmark=False),
+    )
+
+
+def tf32_state(backends: SimpleNamespace) -> tuple[str, bool]:
+    if hasattr(backends.cudnn, "conv"):
+        precision = backends.cuda.matmul.fp32_precision
+        assert backends.cudnn.conv.fp32_precision == precision
+    else:
+        precision = "tf32" if backends.cuda.matmul.allow_tf32 else "ieee"
+        assert backends.cudnn.allow_tf32 == (precision == "tf32")
+    return precision, backends.cudnn.benchmark
+
+
+@pytest.mark.parametrize("api", [new_backends, old_backends], ids=["fp32_precision", "allow_tf32"])
 @pytest.mark.parametrize(
     ("precision", "deterministic", "expected"),
     [("auto", False, ("tf32", True)), ("tf32", False, ("tf32", True)), ("fp32", False, ("ieee", True)),
      ("bf16", True, ("tf32", False))],
 )  # fmt: skip
 def test_cuda_uses_tf32_and_cudnn_benchmark_unless_fp32_or_deterministic_asks_otherwise(
-    precision, deterministic, expected, cuda_math_restored
+    precision, deterministic, expected, api
 ):
+    """On either of torch's TF32 APIs (before 2.9 an `fp32_precision` write raised AttributeError)."""
     from convinit.train.device import autocast_dtype, configure_cuda_math
 
-    torch.backends.cuda.matmul.fp32_precision = "ieee"
-    torch.backends.cudnn.conv.fp32_precision = "ieee"
-    torch.backends.cudnn.benchmark = False
+    backends = api()
     cfg = resolve_config(None, [f"precision={precision}", f"deterministic={str(deterministic).lower()}"])
-    configure_cuda_math(cfg, torch.device("cpu"))  # nothing changes off CUDA
-    assert torch.backends.cuda.matmul.fp32_precision == "ieee" and not torch.backends.cudnn.benchmark
-    configure_cuda_math(cfg, torch.device("cuda"))
-    state = (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.benchmark)
-    assert state == expected and torch.backends.cudnn.conv.fp32_precision == expected[0]
+    configure_cuda_math(cfg, torch.device("cpu"), backends)  # nothing changes off CUDA
+    assert tf32_state(backends) == ("ieee", False)
+    configure_cuda_math(cfg, torch.device("cuda"), backends)
+    assert tf32_state(backends) == expected
     if precision in ("tf32", "fp32"):
         assert autocast_dtype(cfg, torch.device("cuda")) is None  # both keep fp32 tensors
+
+
+def test_this_torchs_own_tf32_api_takes_the_setting():
+    """The real `torch.backends` of the installed torch, whichever API it has; flags restored by hand
+    (pytest's monkeypatch deletes attributes torch serves through `__getattr__` at teardown)."""
+    from convinit.train.device import set_tf32
+
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    new = hasattr(matmul, "fp32_precision")
+    read = (
+        (lambda: (matmul.fp32_precision, cudnn.conv.fp32_precision))
+        if new
+        else (lambda: (matmul.allow_tf32, cudnn.allow_tf32))
+    )
+    saved = read()
+    try:
+        set_tf32(torch.backends, True)
+        assert read() == (("tf32", "tf32") if new else (True, True))
+        set_tf32(torch.backends, False)
+        assert read() == (("ieee", "ieee") if new else (False, False))
+    finally:
+        if new:
+            matmul.fp32_precision, cudnn.conv.fp32_precision = saved
+        else:
+            matmul.allow_tf32, cudnn.allow_tf32 = saved

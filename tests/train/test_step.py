@@ -123,6 +123,55 @@ def test_device_ema_follows_torchs_ema_rule():
         torch.testing.assert_close(a, b, msg=name)
 
 
+def lerp_per_tensor(ema: DeviceEMA, model: nn.Module, updated: torch.Tensor) -> None:
+    """The update as it was: one `lerp_` per tensor with weight 1 (first), 0 (skipped) or 1 - decay."""
+    first = (ema.n_averaged == 0).float()
+    weight = (first + (1 - first) * (1 - ema.decay)) * updated.float()
+    for a, b in zip(ema.module.parameters(), model.parameters(), strict=True):
+        a.detach().lerp_(b.detach(), weight)
+    ema.n_averaged += 1
+
+
+def test_the_fused_ema_update_equals_a_lerp_per_tensor_bit_for_bit_first_skipped_and_normal_steps():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 7), nn.GELU(), nn.Linear(7, 3))
+    ours, reference = DeviceEMA(model, 0.99), DeviceEMA(model, 0.99)
+    for updated in (True, True, False, True, True):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p))
+        flag = torch.tensor(updated)
+        ours.update_parameters(model, flag)
+        lerp_per_tensor(reference, model, flag)
+        for a, b in zip(ours.module.parameters(), reference.module.parameters(), strict=True):
+            assert torch.equal(a, b)
+    assert torch.equal(ours.n_averaged, reference.n_averaged)
+
+
+class CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_ema_update_launches_as_many_ops_for_40_tensors_as_for_4():
+    """Each `_foreach_*` op is one fused launch (per chunk of tensors) on a GPU: the count must not grow
+    with the model's tensors, as a `_foreach_lerp_` with a list of 0-dim weights did (one per tensor)."""
+    counts = []
+    for layers in (2, 20):
+        model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(layers)])
+        ema = DeviceEMA(model, 0.99)
+        ema.update_parameters(model)
+        with CountOps() as counter:
+            ema.update_parameters(model, torch.tensor(True))
+        counts.append(counter.count)
+    assert counts[0] == counts[1] <= 20, counts
+
+
 def test_totals_sum_what_each_step_saw():
     step_parts, totals = parts(ema=False), StepTotals(torch.device("cpu"))
     for index in range(3):

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from convinit.config import resolve_config
+from convinit.data.cores import cgroup_cores
 from convinit.data.streamed_loader import StreamingImages, StreamLoader
 from convinit.errors import ConfigError
 from convinit.train import evaluate_run, train
-from convinit.train.threads import CONCURRENT_RUNS_ENV, cgroup_cores, choose_threads, read_recorded
+from convinit.train.threads import CONCURRENT_RUNS_ENV, choose_threads, read_recorded
 
 
 @pytest.fixture(autouse=True)
@@ -142,3 +143,42 @@ def test_a_damaged_thread_record_is_not_used_and_is_named_in_one_warning(tmp_pat
     (tmp_path / "threads.json").write_text(recorded)
     with pytest.warns(UserWarning, match=r"threads\.json: field 'threads' must be an integer in 1\.\.1024"):
         assert read_recorded(tmp_path) is None
+
+
+def test_local_ranks_under_torchrun_share_the_cores_equally():
+    env = {"LOCAL_WORLD_SIZE": "8"}
+    choice = choose_threads(None, env=env, cores=16)
+    assert choice.threads == 2 and "16 cores, 8 local ranks" in choice.reason
+    assert choose_threads(None, env={**env, CONCURRENT_RUNS_ENV: "2"}, cores=16).threads == 1
+    assert choose_threads(None, workers=1, env={"LOCAL_WORLD_SIZE": "2"}, cores=16).threads == 7
+
+
+def test_each_local_rank_starts_at_most_its_share_of_the_cores_as_decoding_workers():
+    from convinit.data.cores import decoding_workers
+
+    assert decoding_workers(16, env={"LOCAL_WORLD_SIZE": "8"}, cores=16) == 2
+    assert decoding_workers(16, env={"LOCAL_WORLD_SIZE": "32"}, cores=16) == 1  # at least one
+    assert decoding_workers(4, env={}, cores=16) == 4
+    assert decoding_workers(0, env={"LOCAL_WORLD_SIZE": "8"}, cores=16) == 0
+
+
+def test_the_streamed_loaders_take_the_ranks_share_of_workers(monkeypatch):
+    from convinit.data import source
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setattr("convinit.data.cores.usable_cores", lambda: 8)
+    cfg = resolve_config(None, ["workers=16"])
+    images = StreamingImages(torch.zeros(4, 1, 8, 8, dtype=torch.uint8), [0, 1, 0, 1], lambda image: image)
+    train_loader, test_loader = source.stream_loaders(cfg, images, images, 1, 4, torch.device("cpu"))
+    assert train_loader.num_workers == test_loader.num_workers == 2
+
+
+def test_every_rank_records_its_own_count_and_workers_and_reads_its_own_back(tmp_path):
+    from convinit.train.threads import ThreadChoice, record_threads
+
+    record_threads(tmp_path, ThreadChoice(3, "main"), rank=0, workers=2)
+    record_threads(tmp_path, ThreadChoice(1, "other"), rank=1, workers=2)
+    assert json.loads((tmp_path / "threads-rank1.json").read_text()) == {
+        "threads": 1, "reason": "other", "rank": 1, "workers": 2}  # fmt: skip
+    assert (read_recorded(tmp_path), read_recorded(tmp_path, 1)) == (3, 1)
+    assert read_recorded(tmp_path, 2) == 3  # a rank that recorded nothing: the run's own count

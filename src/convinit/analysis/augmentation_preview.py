@@ -7,6 +7,8 @@ TensorBoard gets the same grid (`augmentation_grid`)."""
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +32,8 @@ def augmented_samples(
     back to [0, 1], and their (count,) labels."""
     n = data.train_size
     picks = torch.linspace(0, n - 1, min(count, n)).long()  # spread over the classes, which files sort by
-    with kept_generators():  # the run's own random streams are not touched
+    device = data.train.images.device if isinstance(data.train, DeviceLoader) else data.augment.mean.device
+    with own_generators(device, seed):  # the run's own random streams are not touched
         if isinstance(data.train, DeviceLoader):
             batch = data.augment(data.train.images[picks.to(data.train.images.device)])
             labels = data.train.labels[picks.to(data.train.labels.device)].cpu()
@@ -43,6 +46,20 @@ def augmented_samples(
     mean = torch.tensor(data.mean, device=batch.device).view(1, -1, 1, 1)
     std = torch.tensor(data.std, device=batch.device).view(1, -1, 1, 1)
     return (batch * std + mean).clamp(0, 1).cpu(), labels
+
+
+@contextmanager
+def own_generators(device: torch.device, seed: int) -> Iterator[None]:
+    """The preview draws from generators of its own: Python's, numpy's, torch's CPU one and `device`'s
+    (the augmentation draws on the device) are saved, seeded from `seed`, and restored afterwards, so the
+    run's random streams are exactly as if no preview had been drawn."""
+    cuda = device.type == "cuda"
+    with kept_generators(), torch.random.fork_rng(devices=[device] if cuda else []):
+        torch.random.default_generator.manual_seed(seed)
+        if cuda:
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        yield
 
 
 def caption(name: str, width: int, font: ImageFont.ImageFont) -> str:

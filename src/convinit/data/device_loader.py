@@ -60,18 +60,26 @@ class DeviceLoader:
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def order(self) -> torch.Tensor:
-        """This epoch's sample order (this rank's share of it when distributed)."""
+    def host_order(self) -> list[int]:
+        """This epoch's sample order (this rank's share of it when distributed), on the host."""
         n = len(self.labels)
         args = (self.shuffle, self.rank, self.world_size, self.repeats, self.drop_last)
-        indices = [index for index, _ in epoch_order(n, self.seed, self.epoch, *args)]
-        return torch.tensor(indices, dtype=torch.long).to(self.images.device)
+        return [index for index, _ in epoch_order(n, self.seed, self.epoch, *args)]
+
+    def order(self) -> torch.Tensor:
+        """`host_order` on the data's device, copied without making the host wait: from pinned memory
+        where CUDA is available (the copy overlaps the last steps of the previous epoch)."""
+        indices = torch.tensor(self.host_order(), dtype=torch.long)
+        device = self.images.device
+        if device.type == "cuda" and torch.cuda.is_available():
+            indices = indices.pin_memory()
+        return indices.to(device, non_blocking=True)
 
     def shard_size(self) -> int:
-        """Number of samples this rank sees per epoch."""
+        """Number of samples this rank sees per epoch (counted on the host: no copy to the device)."""
         n = len(self.labels)
         if self.repeats > 1:
-            return len(self.order())
+            return len(self.host_order())
         return n // self.world_size if self.drop_last else len(range(self.rank, n, self.world_size))
 
     def __len__(self) -> int:

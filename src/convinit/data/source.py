@@ -22,6 +22,7 @@ from PIL import Image
 
 from convinit.config import TrainConfig
 from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
+from convinit.data.cores import decoding_workers
 from convinit.data.datasets import ImageDataset, dataset_options
 from convinit.data.image_files import GRAYSCALE_MODES, UNREADABLE, unreadable_image
 from convinit.data.readers.folder import FolderSplits, folder_splits
@@ -144,8 +145,12 @@ def streamed_dataset(
 
 
 def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1) -> DataSource:
-    """The run's DataSource; the mode is chosen before anything is decoded."""
+    """The run's DataSource. The mode is chosen before anything goes to the device: a folder's from its
+    image headers before anything is decoded, any other set's once its reader has decoded it into host
+    memory (`decoded_set_mode`; fixed-format sets too large for the machine are refused before that, by
+    the run's validation)."""
     root = dataset_info(cfg.dataset).resolve_dir(cfg.data_dir)
+    mode = None
     if cfg.dataset == "folder" and cfg.data_mode != "device":
         files = folder_splits(root)
         in_chans, size = sampled_shape(files.train_paths)
@@ -155,12 +160,12 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
             return streamed_folder(cfg, files, in_chans, reason, rank, world_size, device)
     elif cfg.data_mode == "stream":
         mode, reason = "stream", "data_mode=stream (a reader that decodes the whole set, served per sample)"
-    else:
-        mode, reason = "device", f"data_mode={cfg.data_mode}: {cfg.dataset} is read whole, kept on the device"
     dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
     keep = stratified_subset(
         dataset.train_labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order
     )
+    if mode is None:
+        mode, reason = decoded_set_mode(cfg, device, dataset, keep)
     img_size = cfg.img_size or dataset.img_size
     common = dict(
         classes=dataset.classes,
@@ -189,6 +194,28 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
     augment = device_augmentation(cfg, dataset.mean, dataset.std, pair(img_size)).to(device)
     eval_transform = BatchAugment(dataset.mean, dataset.std, pair(img_size)).to(device)
     return DataSource("device", reason, train, test, augment, eval_transform, **common)
+
+
+def decoded_set_mode(
+    cfg: TrainConfig, device: torch.device, dataset: ImageDataset, keep: torch.Tensor
+) -> tuple[str, str]:
+    """Device or stream for a set its reader decoded whole (every reader but a streamed folder's), sized
+    before any of it goes to the device: `auto` keeps it there when the training and test images fit
+    `data_budget_gb`, else serves it per sample from host memory; `device` refuses, in one line, a set
+    larger than the device's free memory instead of failing in the copy. A CPU run keeps the set where it
+    was decoded: streaming it would hold the same memory and only add work."""
+    if device.type == "cpu" and cfg.data_mode == "auto":
+        return "device", f"data_mode=auto: {cfg.dataset} is decoded in host memory, where a CPU run keeps it"
+    images = len(keep) * dataset.train_images[0].numel() + dataset.test_images.numel()
+    mode, reason = choose_data_mode(cfg.data_mode, images, memory_budget(cfg, device), "host memory")
+    if mode == "device" and device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+        if images > free:
+            raise ConfigError(
+                f"data_mode=device: {cfg.dataset}'s decoded images need {images / 2**30:.2f} GiB but "
+                f"{device} has {free / 2**30:.2f} GiB free; use data_mode=auto or data_mode=stream"
+            )
+    return mode, reason
 
 
 def device_augmentation(cfg: TrainConfig, mean: tuple, std: tuple, img_size: tuple[int, int]) -> BatchAugment:
@@ -249,7 +276,7 @@ def stream_loaders(
     world_size: int,
     device: torch.device,
 ) -> tuple[StreamLoader, StreamLoader]:
-    workers = min(cfg.workers, os.cpu_count() or 1)
+    workers = decoding_workers(cfg.workers)  # this rank's share of the cores (LOCAL_WORLD_SIZE ranks)
     pin = device.type == "cuda"
     train = StreamLoader(
         train_set,

@@ -239,37 +239,26 @@ class EpochBatches(Sampler):
 def to_device(
     batches: Iterator[tuple[torch.Tensor, ...]], device: torch.device
 ) -> Iterator[tuple[torch.Tensor, ...]]:
-    """Each batch's tensors on `device`, copied one batch ahead. On CUDA the copy (from pinned memory)
-    runs on a side stream while the previous step computes; the training stream waits on an event, the
-    host never waits. Elsewhere the copies are plain `.to(device)`."""
+    """Each batch's tensors on `device`, in order: batch k is fetched from the workers only once batch
+    k - 1 has been handed to the step, so a step never waits for the decoding of the batch after it.
+    On CUDA the copy (from pinned memory) is issued on a side stream, which starts it at once while the
+    training stream still runs the previous step's queued kernels; the training stream waits on an event
+    before it uses the batch, and the host never waits. Elsewhere the copies are plain `.to(device)`."""
     if device.type != "cuda" or not torch.cuda.is_available():
         for batch in batches:
             yield tuple(t.to(device, non_blocking=True) for t in batch)
         return
     side = torch.cuda.Stream(device)
-
-    def issue(batch: tuple[torch.Tensor, ...]) -> tuple[tuple[torch.Tensor, ...], torch.cuda.Event]:
+    for batch in batches:
         with torch.cuda.stream(side):
             moved = tuple(t.to(device, non_blocking=True) for t in batch)
             copied = torch.cuda.Event()
             copied.record(side)
-        return moved, copied
-
-    def ready(moved: tuple[torch.Tensor, ...], copied: torch.cuda.Event) -> tuple[torch.Tensor, ...]:
         main = torch.cuda.current_stream(device)
         main.wait_event(copied)
         for tensor in moved:  # memory made on the side stream, used on the main one
             tensor.record_stream(main)
-        return moved
-
-    pending = None
-    for batch in batches:
-        issued = issue(batch)
-        if pending is not None:
-            yield ready(*pending)
-        pending = issued
-    if pending is not None:
-        yield ready(*pending)
+        yield moved
 
 
 class StreamLoader:
@@ -401,7 +390,9 @@ def decoded_bytes(n_images: int, in_chans: int, size: tuple[int, int]) -> int:
     return n_images * in_chans * size[0] * size[1]
 
 
-def choose_data_mode(mode: str, needed_bytes: int, budget_bytes: int) -> tuple[str, str]:
+def choose_data_mode(
+    mode: str, needed_bytes: int, budget_bytes: int, streamed_from: str = "disk"
+) -> tuple[str, str]:
     """(`device` or `stream`, why): `auto` keeps data on the device only when it fits the budget."""
     if mode not in ("auto", "device", "stream"):
         raise ValueError(f"data_mode must be auto, device or stream, got {mode!r}")
@@ -410,4 +401,4 @@ def choose_data_mode(mode: str, needed_bytes: int, budget_bytes: int) -> tuple[s
         return mode, f"data_mode={mode} ({gib})"
     if needed_bytes <= budget_bytes:
         return "device", f"{gib} fits the {budget_bytes / 2**30:.2f} GiB budget: device-resident"
-    return "stream", f"{gib} exceeds the {budget_bytes / 2**30:.2f} GiB budget: streamed from disk"
+    return "stream", f"{gib} exceeds the {budget_bytes / 2**30:.2f} GiB budget: streamed from {streamed_from}"

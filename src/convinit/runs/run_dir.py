@@ -58,6 +58,8 @@ def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
     if overwrite:
         for name in RUN_FILES:
             (run_dir / name).unlink(missing_ok=True)
+        for record in run_dir.glob("threads-rank*.json"):  # the other ranks' thread records
+            record.unlink()
         prune(run_dir, keep=0)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -45,17 +46,26 @@ def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None
     return None
 
 
-def configure_cuda_math(cfg: TrainConfig, device: torch.device) -> None:
+def configure_cuda_math(cfg: TrainConfig, device: torch.device, backends: Any = torch.backends) -> None:
     """On CUDA: TF32 tensor cores for the fp32 matmuls and convolutions (the ones autocast leaves in fp32,
     or all of them with `precision=tf32`) and cudnn.benchmark, which times the convolution algorithms
     once per input shape (a run's shapes are fixed) and keeps the fastest; `deterministic=true` keeps
-    cudnn's default choice. `precision=fp32` keeps strict IEEE fp32 everywhere: the reference."""
+    cudnn's default choice. `precision=fp32` keeps strict IEEE fp32 everywhere: the reference.
+    `backends` is `torch.backends` (a stand-in in tests)."""
     if device.type != "cuda":
         return
-    fp32 = "ieee" if cfg.precision == "fp32" else "tf32"
-    torch.backends.cuda.matmul.fp32_precision = fp32
-    torch.backends.cudnn.conv.fp32_precision = fp32
-    torch.backends.cudnn.benchmark = not cfg.deterministic
+    set_tf32(backends, cfg.precision != "fp32")
+    backends.cudnn.benchmark = not cfg.deterministic
+
+
+def set_tf32(backends: Any, enabled: bool) -> None:
+    """TF32 on or off for fp32 matmuls and convolutions, with whichever API this torch has:
+    `fp32_precision` (torch 2.9 and later, which deprecates the old flags) or the `allow_tf32` flags."""
+    matmul = backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision") and hasattr(backends.cudnn, "conv"):
+        matmul.fp32_precision = backends.cudnn.conv.fp32_precision = "tf32" if enabled else "ieee"
+    else:
+        matmul.allow_tf32 = backends.cudnn.allow_tf32 = enabled
 
 
 def memory_format(cfg: TrainConfig) -> torch.memory_format:

@@ -7,6 +7,7 @@ the meta device (shapes only, no memory), estimates what training needs (weights
 optimiser moments per parameter, plus the activations of the largest batch the training set can form,
 from a forward pass on the meta device) and refuses it when that exceeds the memory the training device
 has in all: a verdict about the model, not about what other processes hold at that moment.
+`check_data_fits` does the same for a fixed-format dataset's decoded images, before any is read.
 """
 
 from __future__ import annotations
@@ -120,4 +121,23 @@ def check_fits_in_memory(
             f"of weights, gradients and optimiser state; {act_gib:.1f} GiB of activations at batch_size "
             f"{batch_size}) but {device.type} has {total / GIB:.1f} GiB of memory in all; make the model "
             "smaller or lower batch_size"
+        )
+
+
+def check_data_fits(dataset: str, data_mode: str, device: torch.device) -> None:
+    """ConfigError when a fixed-format dataset's decoded training images exceed the memory that must hold
+    them whole: the device's with `data_mode=device`, the host's otherwise (its reader decodes the whole
+    set; only a folder streams from disk). Sets whose size is known only once read are sized by
+    `data/source.py` after decoding, before anything goes to the device."""
+    known = dataset_info(dataset).shape
+    if known is None:
+        return
+    needed = known.train_images * known.in_chans * known.side**2
+    where = device if data_mode == "device" else torch.device("cpu")
+    total = total_memory(where)
+    if total is not None and needed > total:
+        remedy = "use data_mode=auto or stream" if data_mode == "device" else "use a machine with more memory"
+        raise ConfigError(
+            f"{dataset}'s {known.train_images:,} training images need {needed / GIB:.1f} GiB decoded but "
+            f"{where.type} has {total / GIB:.1f} GiB of memory in all; {remedy}"
         )

@@ -204,11 +204,11 @@ def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: 
     barrier(ddp)
     seed_everything(cfg.seed, cfg.deterministic, ddp.rank)
     configure_cuda_math(cfg, device)
-    threads = set_run_threads(cfg.threads, run_dir, resume)
+    threads = set_run_threads(cfg.threads, run_dir, resume, rank=ddp.rank)
     data = build_data(cfg, device, ddp.rank, ddp.world_size)
     workers = getattr(data.train, "num_workers", 0)  # streamed: decoding processes share the cores
     if workers:
-        threads = set_run_threads(cfg.threads, run_dir, resume, workers)
+        threads = set_run_threads(cfg.threads, run_dir, resume, workers, ddp.rank)
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if resume and checkpoint is None:
         refuse_if_all_damaged(run_dir)
@@ -235,10 +235,11 @@ def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: 
         checkpoint,
         threads,
     )
+    if checkpoint is None:  # each rank its own record; a resume reads it back (see convinit.train.threads)
+        record_threads(run_dir, threads, ddp.rank, workers)
     if checkpoint is not None:
         restore(run, checkpoint)
     elif ddp.is_main:
-        record_threads(run_dir, threads)  # a resume reads it back (see convinit.train.threads)
         run.log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
         TrackLog(run_dir).truncate_after(-1)
         run.trackers.log_init(model.init_report)

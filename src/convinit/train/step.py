@@ -28,7 +28,11 @@ from torch.optim.swa_utils import AveragedModel
 class DeviceEMA(AveragedModel):
     """torch's AveragedModel EMA (same state dict: `module.*` and `n_averaged`), updated without reading
     the device: torch's `update_parameters` reads `n_averaged` back twice per call, and the decay is
-    applied as a tensor so that a skipped step (`updated` 0) leaves the average untouched."""
+    applied as a tensor so that a skipped step (`updated` 0) leaves the average untouched.
+
+    The floating-point tensors are updated in a fixed number of fused launches whatever the model's
+    tensor count: `_foreach_lerp_` with a list of 0-dim weights falls off torch's fused path (one kernel
+    per tensor); a Python weight and one 0-dim tensor per `_foreach_mul_` stay on it."""
 
     def __init__(self, model: nn.Module, decay: float):
         super().__init__(model, use_buffers=True)
@@ -37,22 +41,38 @@ class DeviceEMA(AveragedModel):
     @torch.no_grad()
     def update_parameters(self, model: nn.Module, updated: torch.Tensor | None = None) -> None:
         ours = list(itertools.chain(self.module.parameters(), self.module.buffers()))
-        theirs = [t.detach() for t in itertools.chain(model.parameters(), model.buffers())]
-        first = (self.n_averaged == 0).float()  # the first update copies, as AveragedModel does
-        weight = first + (1 - first) * (1 - self.decay)
-        if updated is not None:
-            weight = weight * updated.float()
+        theirs = list(itertools.chain(model.parameters(), model.buffers()))  # no_grad: no detach needed
+        first = self.n_averaged == 0  # the first update copies, as AveragedModel does
+        step = torch.ones_like(first) if updated is None else updated.bool()
         floats = [(a, b) for a, b in zip(ours, theirs, strict=True) if a.is_floating_point()]
         if floats:
-            averaged, current = zip(*floats, strict=True)
-            torch._foreach_lerp_(
-                list(averaged), list(current), [weight.to(a.device, a.dtype) for a in averaged]
-            )
+            fused_update(*map(list, zip(*floats, strict=True)), 1 - self.decay, first, step)
         for a, b in zip(ours, theirs, strict=True):
             if not a.is_floating_point():  # integer buffers (BatchNorm's counter): AveragedModel's rule
-                averaged = torch.where(first > 0, b, (a * self.decay + b * (1 - self.decay)).to(a.dtype))
-                a.copy_(torch.where(weight > 0, averaged, a))
+                averaged = torch.where(first, b, (a * self.decay + b * (1 - self.decay)).to(a.dtype))
+                a.copy_(torch.where(step, averaged, a))
         self.n_averaged += 1
+
+
+def fused_update(
+    averaged: list[torch.Tensor],
+    current: list[torch.Tensor],
+    weight: float,
+    first: torch.Tensor,
+    step: torch.Tensor,
+) -> None:
+    """averaged <- lerp(averaged, current, weight) on a normal step, current on the first, unchanged on a
+    skipped one: seven fused launches, each choice made by multiplying by a 0-dim 0/1 flag (exact for
+    finite values), so the result equals a per-tensor `lerp_` with the weight 0, 1 or `weight` bit for
+    bit. One temporary copy of the average, reused for both terms."""
+    dtype = averaged[0].dtype
+    term = torch._foreach_lerp(averaged, current, weight)
+    torch._foreach_mul_(term, (step & ~first).to(dtype))
+    torch._foreach_mul_(averaged, (~step).to(dtype))
+    torch._foreach_add_(averaged, term)
+    torch._foreach_copy_(term, current)
+    torch._foreach_mul_(term, (step & first).to(dtype))
+    torch._foreach_add_(averaged, term)
 
 
 class StepTotals:

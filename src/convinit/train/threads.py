@@ -11,8 +11,12 @@ longer with 2 threads than with 1 (BENCHMARKS.md, "Threads on a busy machine"). 
 3. on `--resume`, the count the run started with (recorded in `threads.json`), so that its floating-point
    sums are ordered as before and the resumed run is bit-identical (docs/reliability.md);
 4. otherwise from the cores this process may use (its CPU affinity, capped by a cgroup CPU quota): all but
-   one, which is left to everything else on the machine; in a `--jobs N` grid an equal share, cores // N;
-   less one core per DataLoader worker (each worker computes with one thread, as torch sets it); at least 1.
+   one, which is left to everything else on the machine; in a `--jobs N` grid or under torchrun with
+   `LOCAL_WORLD_SIZE` ranks on this machine an equal share, cores // (N x ranks); less one core per
+   DataLoader worker (each worker computes with one thread, as torch sets it); at least 1.
+
+Each rank chooses its own count, prints it and records it (`threads.json` for rank 0,
+`threads-rank<R>.json` for the others), beside its decoding workers.
 
 The same settings on the same machine give the same count; a resume that cannot use the recorded count
 says it will not be bit-identical.
@@ -30,12 +34,12 @@ from pathlib import Path
 import torch
 
 from convinit.config.train_config import MAX_THREADS
+from convinit.data.cores import local_ranks, positive_int, usable_cores
 from convinit.runs.atomic import atomic_write_text
 from convinit.runs.read_back import read_capped, short_repr
 
 CONCURRENT_RUNS_ENV = "CONVINIT_CONCURRENT_RUNS"  # a `--jobs N` grid sets N for its children
 RECORD = "threads.json"
-CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "QUOTA PERIOD" or "max PERIOD"
 
 
 @dataclass(frozen=True)
@@ -47,32 +51,6 @@ class ThreadChoice:
 
     def line(self) -> str:
         return f"threads: {self.threads} ({self.reason})"
-
-
-def cgroup_cores(path: Path = CGROUP_CPU_MAX) -> int | None:
-    """Cores a cgroup CPU quota allows (a container run with `--cpus 2`), rounded up; None: no quota."""
-    try:
-        quota, period = path.read_text().split()[:2]
-    except (OSError, ValueError):
-        return None
-    if quota == "max":
-        return None
-    return max(1, -(-int(quota) // int(period)))
-
-
-def usable_cores() -> int:
-    """CPUs this process may run on: its affinity (taskset, SLURM's cpus-per-task), capped by a CPU quota."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    quota = cgroup_cores()
-    return max(1, min(cores, quota) if quota else cores)
-
-
-def positive_int(text: str | None) -> int | None:
-    try:
-        value = int(text) if text is not None else None
-    except ValueError:
-        return None
-    return value if value is not None and value >= 1 else None
 
 
 def choose_threads(
@@ -94,9 +72,10 @@ def choose_threads(
     if recorded is not None:
         return ThreadChoice(recorded, "as when this run started, for a bit-identical resume")
     cores = cores or usable_cores()
-    runs = positive_int(env.get(CONCURRENT_RUNS_ENV)) or 1
-    if runs > 1:  # a grid fills the machine by design: an equal share each
-        share, why = max(1, cores // runs), f"{cores} cores, {runs} runs at once"
+    runs, ranks = positive_int(env.get(CONCURRENT_RUNS_ENV)) or 1, local_ranks(env)
+    if runs * ranks > 1:  # a grid or torchrun's ranks fill the machine by design: an equal share each
+        sharing = [f"{runs} runs at once"] * (runs > 1) + [f"{ranks} local ranks"] * (ranks > 1)
+        share, why = max(1, cores // (runs * ranks)), f"{cores} cores, {', '.join(sharing)}"
     elif cores > 1:  # one core left to everything else on the machine (the OS, other programs, the bar)
         share, why = cores - 1, f"{cores} cores, one left free"
     else:
@@ -106,12 +85,17 @@ def choose_threads(
     return ThreadChoice(threads, f"{why}{data}; threads=N to change")
 
 
-def read_recorded(run_dir: Path) -> int | None:
-    """The thread count `run_dir` started with; None for a run that recorded none, or (with a one-line
-    warning naming the file and field) whose record is damaged."""
-    path = run_dir / RECORD
+def record_path(run_dir: Path, rank: int = 0) -> Path:
+    return run_dir / (RECORD if rank == 0 else f"threads-rank{rank}.json")
+
+
+def read_recorded(run_dir: Path, rank: int = 0) -> int | None:
+    """The thread count rank `rank` of `run_dir` started with (a rank that recorded nothing: the run's
+    own); None for a run that recorded none, or (with a one-line warning naming the file and field)
+    whose record is damaged."""
+    path = record_path(run_dir, rank)
     if not path.exists():
-        return None
+        return None if rank == 0 else read_recorded(run_dir)
     try:
         threads = json.loads(read_capped(path))["threads"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # ConfigError is a ValueError
@@ -126,12 +110,16 @@ def read_recorded(run_dir: Path) -> int | None:
     return None
 
 
-def record_threads(run_dir: Path, choice: ThreadChoice) -> None:
-    atomic_write_text(run_dir / RECORD, json.dumps({"threads": choice.threads, "reason": choice.reason}))
+def record_threads(run_dir: Path, choice: ThreadChoice, rank: int = 0, workers: int = 0) -> None:
+    """This rank's count and why, and its decoding workers, in its own file (ranks never share one)."""
+    record = {"threads": choice.threads, "reason": choice.reason, "rank": rank, "workers": workers}
+    atomic_write_text(record_path(run_dir, rank), json.dumps(record))
 
 
-def set_run_threads(threads: int | None, run_dir: Path, resume: bool, workers: int = 0) -> ThreadChoice:
+def set_run_threads(
+    threads: int | None, run_dir: Path, resume: bool, workers: int = 0, rank: int = 0
+) -> ThreadChoice:
     """Choose this run's thread count (`threads` is the config key) and set it for torch."""
-    choice = choose_threads(threads, workers, read_recorded(run_dir) if resume else None)
+    choice = choose_threads(threads, workers, read_recorded(run_dir, rank) if resume else None)
     torch.set_num_threads(choice.threads)
     return choice

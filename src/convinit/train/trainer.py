@@ -125,6 +125,8 @@ def train_owned(
     if ddp.is_main and progress:
         print(f"dataset: {cfg.dataset}, {run.data.counts()}", file=sys.stderr)
         print(f"data: {run.data.mode} ({run.data.reason}); {run.threads.line()}", file=sys.stderr)
+    elif ddp.world_size > 1 and progress:  # each rank chose its own count: every rank says it
+        print(f"rank {ddp.rank}: {run.threads.line()}", file=sys.stderr)
     if run.checkpoint is None and cfg.eval_every:  # every rank evaluates its shard of the test set
         row = {"epoch": 0, "step": 0, **evaluation_row(run)}  # the model at initialisation
         if ddp.is_main:

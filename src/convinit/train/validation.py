@@ -18,7 +18,7 @@ from convinit.data.datasets import dataset_options
 from convinit.errors import ConfigError
 from convinit.models.arguments import check_model_arguments
 from convinit.runs.loggers import check_loggers
-from convinit.train.memory_guard import check_fits_in_memory, check_model_args_bounded
+from convinit.train.memory_guard import check_data_fits, check_fits_in_memory, check_model_args_bounded
 from convinit.train.plan import RunPlan, resolve_plan
 
 
@@ -35,6 +35,7 @@ def validate(cfg: TrainConfig) -> RunPlan:
     check_available(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
     check_model_args_bounded(cfg.model_args)
     check_model_arguments(cfg.model, cfg.model_args)
+    check_data_fits(cfg.dataset, cfg.data_mode, plan.device)
     if plan.model is not None:
         check_model(plan)
     check_loggers(cfg.logger)

@@ -1,7 +1,8 @@
 """Batch augmentation on the training device, per sample, with no per-image Python.
 
 Training pipeline: uint8 -> float [0, 1] -> optional resize -> random crop with padding (by hand,
-drawn on the device) or random resized crop (kornia) -> horizontal flip (kornia) -> RandAugment ->
+drawn on the device) or random resized crop (one `grid_sample`, boxes drawn on the device) -> horizontal
+flip (kornia) -> RandAugment ->
 normalise by the dataset's mean/std -> random erasing; then mixup/cutmix on the batch. Evaluation:
 uint8 -> float -> optional resize -> normalise.
 
@@ -29,6 +30,9 @@ RANDAUGMENT_POLICIES = ("timm", "torchvision")
 ERASE_AREA = (0.02, 1 / 3)
 ERASE_LOG_RATIO = (math.log(0.3), math.log(1 / 0.3))
 ERASE_ATTEMPTS = 10
+# torchvision's RandomResizedCrop: aspect ratio 3/4-4/3 drawn log-uniformly, 10 attempts, then a fallback.
+CROP_RATIO = (3 / 4, 4 / 3)
+CROP_ATTEMPTS = 10
 
 
 def random_erasing(x: torch.Tensor, prob: float) -> torch.Tensor:
@@ -69,6 +73,55 @@ def padded_random_crop(x: torch.Tensor, padding: int) -> torch.Tensor:
     return out.gather(3, cols.expand(b, c, h, w))
 
 
+def resized_crop_boxes(
+    b: int, h: int, w: int, scale: tuple[float, float], device: torch.device
+) -> tuple[torch.Tensor, ...]:
+    """(top, left, height, width), each (B,), of torchvision's `RandomResizedCrop.get_params` per sample,
+    its loop drawn at once: 10 attempts of an area fraction in `scale` and a log-uniform aspect ratio, the
+    first whose rounded box fits is taken at a uniform offset; where none fits, torchvision's fallback (the
+    whole image cut to the nearest allowed ratio, centred)."""
+    area = torch.empty(b, CROP_ATTEMPTS, device=device).uniform_(*scale) * (h * w)
+    ratio = torch.empty(b, CROP_ATTEMPTS, device=device).uniform_(*map(math.log, CROP_RATIO)).exp()
+    widths, heights = (area * ratio).sqrt().round(), (area / ratio).sqrt().round()
+    fits = (widths > 0) & (widths <= w) & (heights > 0) & (heights <= h)
+    first = fits.int().argmax(dim=1, keepdim=True)  # the first attempt that fits, as torchvision's loop
+    width, height = widths.gather(1, first).squeeze(1), heights.gather(1, first).squeeze(1)
+    if w / h < CROP_RATIO[0]:  # fallback box: known on the host, from the image's shape alone
+        fallback = (w, round(w / CROP_RATIO[0]))
+    elif w / h > CROP_RATIO[1]:
+        fallback = (round(h * CROP_RATIO[1]), h)
+    else:
+        fallback = (w, h)
+    none = ~fits.any(dim=1)
+    width = torch.where(none, float(fallback[0]), width)
+    height = torch.where(none, float(fallback[1]), height)
+    top = torch.where(
+        none, float((h - fallback[1]) // 2), (torch.rand(b, device=device) * (h - height + 1)).floor()
+    )
+    left = torch.where(
+        none, float((w - fallback[0]) // 2), (torch.rand(b, device=device) * (w - width + 1)).floor()
+    )
+    return top, left, height, width
+
+
+def random_resized_crop(
+    x: torch.Tensor, size: tuple[int, int], scale: tuple[float, float], mode: str = "bicubic"
+) -> torch.Tensor:
+    """torchvision's RandomResizedCrop(size, scale, ratio 3/4-4/3) of every sample in one `grid_sample`:
+    each sample's box (`resized_crop_boxes`) becomes an affine map of the output grid onto the box, so the
+    work launched does not grow with the batch. It differs from a crop then `interpolate` only in the
+    resampling (no antialiasing when a box shrinks; taps at a box's edge read the pixels beyond it)."""
+    b, c, h, w = x.shape
+    top, left, height, width = resized_crop_boxes(b, h, w, scale, x.device)
+    zero = torch.zeros_like(top)
+    # output coordinate u in [-1, 1] (align_corners=False) -> input: u * width / w + box centre
+    theta = torch.stack(
+        [width / w, zero, (2 * left + width) / w - 1, zero, height / h, (2 * top + height) / h - 1], dim=1
+    ).view(b, 2, 3)
+    grid = F.affine_grid(theta, [b, c, *size], align_corners=False)  # (B, H', W', 2)
+    return F.grid_sample(x, grid, mode=mode, padding_mode="border", align_corners=False)
+
+
 def rand_augment(policy: str, n: int, m: float, mstd: float, mean: tuple[float, ...]) -> nn.Module:
     """RandAugment with `policy`'s definitions: timm's (m in [0, 10]) or torchvision's (a bin in [0, 30])."""
     if policy == "timm":
@@ -106,7 +159,6 @@ class BatchAugment(nn.Module):
         self.flip = K.RandomHorizontalFlip() if train and hflip else None
         self.crop_padding = crop_padding if train else 0
         self.resized_crop_scale = resized_crop_scale if train else None
-        self.resized_crop = None
         self.randaugment = None
         if train and randaugment_n > 0:
             self.randaugment = rand_augment(
@@ -120,12 +172,7 @@ class BatchAugment(nn.Module):
     def random_resized_crop(self, x: torch.Tensor) -> torch.Tensor:
         """DeiT's RandomResizedCrop (area scale [s, 1], aspect ratio 3/4-4/3, bicubic), per sample."""
         size = self.out_size or tuple(x.shape[-2:])
-        if self.resized_crop is None:
-            import kornia.augmentation as K
-
-            scale, ratio = (self.resized_crop_scale, 1.0), (3 / 4, 4 / 3)
-            self.resized_crop = K.RandomResizedCrop(size, scale=scale, ratio=ratio, resample="bicubic")
-        return self.resized_crop(x).clamp_(0, 1)
+        return random_resized_crop(x, size, (self.resized_crop_scale, 1.0)).clamp_(0, 1)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = images.float().div_(255)
