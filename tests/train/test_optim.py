@@ -7,6 +7,7 @@ import torch
 
 from convinit.config import TrainConfig
 from convinit.models import create_model
+from convinit.runs.checkpoint import load_weights, save_checkpoint
 from convinit.train.optim import build_optimizer, build_scheduler, effective_lr
 
 
@@ -65,3 +66,29 @@ def test_optimizers_use_the_fused_kernel_and_step_like_the_reference_loop(name):
             optimizer.step()
     for (name_, a), b in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name_)
+
+
+def blend_vit(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    shape = dict(num_classes=3, img_size=8, in_chans=1, patch_size=2, dim=32, depth=2)
+    return create_model(
+        "simplevit", qk_input="blend", alpha=0.5, content_warmup=10, content_projection=True, **shape
+    )
+
+
+def test_content_warmup_advances_once_per_optimizer_step_and_a_checkpoint_restores_it_exactly(tmp_path):
+    model = blend_vit(0)
+    optimizer = build_optimizer(model, TrainConfig(optimizer="adamw"))  # starts the model's schedule
+    assert float(model.content_steps) == 0.0
+    for _ in range(3):
+        model(torch.randn(4, 1, 8, 8)).sum().backward()
+        optimizer.step()
+    assert float(model.content_steps) == 3.0
+    saved = {k: v.clone() for k, v in model.state_dict().items() if "content" in k}
+    assert len(saved) == 3  # the step count and one projector per block
+    path = save_checkpoint(tmp_path, model, {}, epoch=1)
+    resumed = blend_vit(1)  # another init: its projectors and ramp differ until the checkpoint loads
+    build_optimizer(resumed, TrainConfig(optimizer="adamw"))  # as a resume builds it, before loading
+    load_weights(resumed, path)
+    for key, value in saved.items():
+        assert torch.equal(resumed.state_dict()[key], value), key

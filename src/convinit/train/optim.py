@@ -1,8 +1,10 @@
 """Optimiser and learning-rate schedule presets.
 
 Weight decay skips 1-D parameters (biases, norms, gates), position embeddings and class tokens, as in
-DeiT/timm. The schedule is torch's own: LinearLR warm-up, then CosineAnnealingLR down to `min_lr`,
-chained with SequentialLR and stepped once per optimisation step.
+DeiT/timm. A model with its own training-time state (SimpleViT's content_warmup and content_projection,
+docs/training.md) starts it when its optimiser is built (`start_model_schedule`). The schedule is torch's
+own: LinearLR warm-up, then CosineAnnealingLR down to `min_lr`, chained with SequentialLR and stepped
+once per optimisation step.
 """
 
 from __future__ import annotations
@@ -45,15 +47,28 @@ def fused_or_default(optimizer: type[torch.optim.Optimizer], params: list, **kwa
         return optimizer(params, **kwargs)
 
 
+def start_model_schedule(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """`model.start_training()`, where the model has one, and its per-step call after every optimiser
+    step: state that moves with training (a ramp, a projector fixed after the init) lives in the model's
+    buffers, so a checkpoint saves it and a resume, which loads the weights after this, restores it."""
+    start = getattr(model, "start_training", None)
+    step = start() if callable(start) else None
+    if step is not None:
+        optimizer.register_step_post_hook(lambda *_: step())
+
+
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     lr = effective_lr(cfg)
     if cfg.optimizer == "adam":  # paper 1: Adam, no weight decay unless asked
         params = [p for p in model.parameters() if p.requires_grad]
-        return fused_or_default(torch.optim.Adam, params, lr=lr, weight_decay=cfg.weight_decay)
-    groups = parameter_groups(model, cfg.weight_decay)
-    if cfg.optimizer == "adamw":
-        return fused_or_default(torch.optim.AdamW, groups, lr=lr)
-    return fused_or_default(torch.optim.SGD, groups, lr=lr, momentum=cfg.momentum, nesterov=True)
+        optimizer = fused_or_default(torch.optim.Adam, params, lr=lr, weight_decay=cfg.weight_decay)
+    elif cfg.optimizer == "adamw":
+        optimizer = fused_or_default(torch.optim.AdamW, parameter_groups(model, cfg.weight_decay), lr=lr)
+    else:
+        groups = parameter_groups(model, cfg.weight_decay)
+        optimizer = fused_or_default(torch.optim.SGD, groups, lr=lr, momentum=cfg.momentum, nesterov=True)
+    start_model_schedule(model, optimizer)
+    return optimizer
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int) -> LRScheduler:
