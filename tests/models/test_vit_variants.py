@@ -107,9 +107,63 @@ def test_simplevit_defaults_are_unchanged():
         (dict(qk_input="x", alpha=0.5), "alpha only applies to qk_input='blend'"),
         (dict(qk_input="conv"), "qk_input must be one of x, blend, free"),
         (dict(pos_embed="learned"), "pos_embed must be 'input'"),
+        (dict(qk_input="x", content_warmup=10), "content_warmup and content_projection act on the blended"),
+        (dict(qk_input="free", content_projection=True), "content_warmup and content_projection act on"),
+        (dict(qk_input="blend", content_warmup=-1), "content_warmup must be a whole number of steps"),
+        (dict(qk_input="blend", content_warmup=2.5), "content_warmup must be a whole number of steps"),
+        (dict(qk_input="blend", content_projection="yes"), "content_projection must be true or false"),
     ],
 )
 def test_bad_variant_options_are_one_line_config_errors(kwargs, message):
     with pytest.raises(ConfigError, match=message) as info:
         create_model("simplevit", **{**SMALL, **kwargs})
     assert "\n" not in str(info.value)
+
+
+def blend_maps(model, images: torch.Tensor, content: float, projector: torch.Tensor | None = None):
+    """Block 0's maps computed by hand from Q/K input content * (LN(x) @ projector) + (1 - alpha) * P."""
+    block, attn = model.blocks[0], model.blocks[0].attn
+    h = block.norm(model.patch_embed(patchify(images, 2)))
+    h = h if projector is None else h @ projector
+    q, k = attn.queries_keys(content * h + (1 - model.alpha) * model.pos_embedding)
+    return torch.softmax(q @ k.transpose(-2, -1) * attn.scale, dim=-1)
+
+
+def recorded_maps(model, images: torch.Tensor) -> torch.Tensor:
+    with record_attention(model) as maps:
+        model(images)
+    return maps["blocks.0.attn"]
+
+
+def test_content_warmup_ramps_the_content_weight_from_zero_to_alpha_over_its_steps():
+    model, images = small("blend", 0.4, content_warmup=4), torch.randn(2, 1, 8, 8)
+    # before training starts the ramp is complete: the init and a model used outside training see alpha
+    assert torch.allclose(recorded_maps(model, images), blend_maps(model, images, 0.4), atol=1e-5)
+    step = model.start_training()
+    for taken, content in [(0, 0.0), (1, 0.1), (2, 0.2), (4, 0.4), (6, 0.4)]:
+        while model.content_steps < taken:
+            step()
+        assert torch.allclose(recorded_maps(model, images), blend_maps(model, images, content), atol=1e-5)
+
+
+def test_content_projection_removes_the_fitted_q_k_directions_from_the_content_only():
+    model, images = small("blend", 0.5, content_projection=True), torch.randn(2, 1, 8, 8)
+    fitted = torch.linalg.qr(torch.randn(32, 3))[0]  # (D, 3) orthonormal: the "fitted" input directions
+    rest = torch.eye(32) - fitted @ fitted.T  # weak noise elsewhere (outside the fitted directions)
+    weight = torch.randn(64, 3) * 10 @ fitted.T + torch.randn(64, 32) * 0.01 @ rest
+    with torch.no_grad():
+        model.blocks[0].attn.to_qk.weight.copy_(weight)
+    assert torch.equal(model.blocks[0].content_projector, torch.eye(32))  # identity until training starts
+    assert model.start_training() is None  # no per-step state without content_warmup
+    projector = model.blocks[0].content_projector
+    # noise of 0.01 beside directions of strength 10 tilts the singular subspace by ~1e-3
+    assert torch.allclose(projector, rest, atol=1e-3)
+    assert torch.allclose(torch.randn(5, 32) @ projector @ fitted, torch.zeros(5, 3), atol=1e-2)
+    expected = blend_maps(model, images, 0.5, projector)
+    assert torch.allclose(recorded_maps(model, images), expected, atol=1e-5)
+
+
+def test_content_options_add_no_state_when_off():
+    keys = set(small("blend", 0.5).state_dict())
+    assert not any("content" in key for key in keys)
+    assert small("blend", 0.5).start_training() is None

@@ -54,26 +54,40 @@ def test_interrupted_run_resumes_to_the_same_weights_and_metrics(tmp_path, tiny_
         "mixup=0.2",
     ]
     reference = train(resolve_config(None, overrides), run_dir=tmp_path / "reference", progress=False)
+    resumed = interrupted_then_resumed(resolve_config(None, overrides), tmp_path / "resumed", monkeypatch)
+    for name, tensor in reference.model.state_dict().items():
+        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+    assert stable(resumed.metrics) == stable(reference.metrics)
 
+
+def interrupted_then_resumed(cfg, run_dir, monkeypatch):
+    """`cfg` (10 steps per epoch) trained into `run_dir`, stopped by Ctrl-C at step 5 of epoch 2, resumed."""
     calls = {"n": 0}
     original = MixupCutmix.__call__
 
     def ctrl_c_during_step_five_of_epoch_two(self, images, labels):
         calls["n"] += 1
-        if calls["n"] == 10 + 5:  # 10 steps per epoch
+        if calls["n"] == 10 + 5:
             signal.raise_signal(signal.SIGINT)
         return original(self, images, labels)
 
     monkeypatch.setattr(MixupCutmix, "__call__", ctrl_c_during_step_five_of_epoch_two)
     with pytest.raises(RunInterrupted):
-        train(resolve_config(None, overrides), run_dir=tmp_path / "resumed", progress=False)
-    assert [c.name for c in list_checkpoints(tmp_path / "resumed")] == [
-        "epoch-0001",
-        "epoch-0001-step-000005",
-    ]
+        train(cfg, run_dir=run_dir, progress=False)
+    assert [c.name for c in list_checkpoints(run_dir)] == ["epoch-0001", "epoch-0001-step-000005"]
     monkeypatch.setattr(MixupCutmix, "__call__", original)
-    resumed = train(run_dir=tmp_path / "resumed", resume=True, progress=False)
+    return train(run_dir=run_dir, resume=True, progress=False)
 
+
+def test_a_resumed_run_continues_the_content_warmup_and_keeps_the_content_projectors(
+    tmp_path, tiny_overrides, monkeypatch
+):
+    blend = ["model_args.qk_input=blend", "model_args.alpha=0.5", "model_args.content_warmup=15",
+             "model_args.content_projection=true", "init=impulse", "deterministic=true"]  # fmt: skip
+    cfg = resolve_config(None, tiny_overrides + blend)  # 20 steps: the warm-up ends in epoch 2
+    reference = train(cfg, run_dir=tmp_path / "reference", progress=False)
+    assert float(reference.model.content_steps) == 20.0
+    resumed = interrupted_then_resumed(cfg, tmp_path / "resumed", monkeypatch)
     for name, tensor in reference.model.state_dict().items():
         assert torch.equal(tensor, resumed.model.state_dict()[name]), name
     assert stable(resumed.metrics) == stable(reference.metrics)

@@ -79,6 +79,9 @@ class TrainConfig:
     lr: float = 1e-3
     lr_base_batch: int | None = None
     weight_decay: float = 0.05
+    # beyond the papers (docs/method.md §8): an L2 pull of the Q/K weights towards their values when
+    # training starts, added to their gradient as qk_pull * (w - w0); 0: off
+    qk_pull: float = 0.0
     momentum: float = 0.9
     warmup_epochs: float = 0.0
     min_lr: float = 0.0
@@ -335,6 +338,7 @@ def check_choices_and_counts(cfg: TrainConfig) -> None:
 def check_ranges(cfg: TrainConfig) -> None:
     nonnegative = [
         "weight_decay",
+        "qk_pull",
         "warmup_epochs",
         "min_lr",
         "crop_padding",

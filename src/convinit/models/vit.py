@@ -12,11 +12,20 @@ Where the attention logits come from is one option, `qk_input`:
 - "free": Model III. Per-head logit factors Q_h (N x r) and K_h (r x N), r = dim_head, and
   A_h = softmax(Q_h K_h * scale); no P anywhere (pos_embed defaults to "none").
 `freeze_attention=True` stops whatever forms the maps (the Q/K projection, or the free factors) from
-training: Table 2's "untrained" rows. The init schemes in `convinit.init` read `model.grid`,
-`model.attention_layers()` and `model.logit_position_embedding()`.
+training: Table 2's "untrained" rows.
+
+Beyond the papers, two opt-in options of the blend keep a fitted init's position bias through training
+(docs/method.md §8, docs/training.md): `content_warmup=N` ramps the content's weight in the Q/K input
+from 0 to alpha over the first N optimiser steps (P keeps its weight 1 - alpha), and
+`content_projection=True` removes from the content the input directions the Q/K projection holds when
+training starts (its fitted directions), so content reaches the logits only through directions it learns.
+The init schemes in `convinit.init` read `model.grid`, `model.attention_layers()` and
+`model.logit_position_embedding()`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -36,6 +45,10 @@ from convinit.models.registry import FAMILIES, Family
 
 QK_INPUTS = ("x", "blend", "free")
 POS_EMBEDS = ("input", "none")
+# content_projection: an input direction of the Q/K projection counts as fitted when its singular value
+# is at least this share of the largest. Impulse's closed form on the digits ViT (alpha 0.1-0.5) gives 7
+# directions at 3-53 and the rest at 0.31 or less (its noise columns), so the cut falls in a wide gap.
+FITTED_DIRECTION_SHARE = 0.05
 
 
 class FreeAttention(nn.Module):
@@ -76,21 +89,30 @@ class FreeAttention(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + Attn(LN(x)), then x + MLP(x) (the MLP holds its own LN).
 
-    With `alpha` set (qk_input "blend"), Q/K see alpha * LN(x) + (1 - alpha) * P and V sees LN(x).
+    With `alpha` set (qk_input "blend"), Q/K see alpha * LN(x) + (1 - alpha) * P and V sees LN(x);
+    `content` replaces alpha as the content's weight (content_warmup), and `content_projector` (D, D),
+    when set, is applied to LN(x) before it enters Q/K (content_projection).
     """
 
-    def __init__(self, dim: int, attn: nn.Module, mlp_dim: int, alpha: float | None = None):
+    def __init__(
+        self, dim: int, attn: nn.Module, mlp_dim: int, alpha: float | None = None, project: bool = False
+    ):
         super().__init__()
         self.norm = nn.LayerNorm(dim)
         self.attn = attn
         self.mlp = FeedForward(dim, mlp_dim)
         self.alpha = alpha
+        self.register_buffer("content_projector", torch.eye(dim) if project else None)
 
-    def forward(self, x: torch.Tensor, logit_pos: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, logit_pos: torch.Tensor | None = None, content: torch.Tensor | None = None
+    ) -> torch.Tensor:
         h = self.norm(x)
         qk = None
         if self.alpha is not None and logit_pos is not None:
-            qk = self.alpha * h + (1.0 - self.alpha) * logit_pos  # (B, N, D)
+            seen = h if self.content_projector is None else h @ self.content_projector  # (B, N, D)
+            weight = self.alpha if content is None else content
+            qk = weight * seen + (1.0 - self.alpha) * logit_pos  # (B, N, D)
         x = x + self.attn(h, qk_input=qk)
         return x + self.mlp(x)
 
@@ -123,6 +145,30 @@ def check_vit_options(qk_input: str, alpha: float | None, pos_embed: str | None)
     return alpha, pos_embed
 
 
+def check_content_options(qk_input: str, content_warmup: int, content_projection: bool) -> None:
+    """content_warmup / content_projection act on the content part of a blended Q/K input only."""
+    if isinstance(content_warmup, bool) or not isinstance(content_warmup, int) or content_warmup < 0:
+        raise ConfigError(
+            f"content_warmup must be a whole number of steps, 0 or more, got {content_warmup!r}"
+        )
+    if not isinstance(content_projection, bool):
+        raise ConfigError(f"content_projection must be true or false, got {content_projection!r}")
+    if (content_warmup or content_projection) and qk_input != "blend":
+        raise ConfigError(
+            "content_warmup and content_projection act on the blended Q/K input "
+            f"(got qk_input={qk_input!r}); set qk_input: blend or drop them"
+        )
+
+
+def fitted_direction_projector(weight: torch.Tensor) -> torch.Tensor:
+    """I - V V^T, V the input directions of a Q/K weight (out, D) whose singular value is at least
+    FITTED_DIRECTION_SHARE of the largest: what removes them from a D-vector (multiply on the right)."""
+    _, sigma, vh = torch.linalg.svd(weight.detach().double(), full_matrices=False)
+    basis = vh[sigma >= FITTED_DIRECTION_SHARE * sigma[0]]  # (k, D)
+    eye = torch.eye(weight.shape[1], dtype=torch.float64, device=weight.device)
+    return (eye - basis.T @ basis).to(weight.dtype)
+
+
 class SimpleViT(PretrainedMixin, nn.Module):
     """The SimpleViT of Beyer et al. as used by paper 1, with Models I/II/III (docs/method.md §2)."""
 
@@ -143,10 +189,17 @@ class SimpleViT(PretrainedMixin, nn.Module):
         alpha: float | None = None,
         pos_embed: str | None = None,
         freeze_attention: bool = False,
+        content_warmup: int = 0,
+        content_projection: bool = False,
     ):
         super().__init__()
         check_positive(dim=dim, depth=depth, heads=heads, dim_head=dim_head, mlp_dim=mlp_dim)
         self.alpha, self.pos_embed = check_vit_options(qk_input, alpha, pos_embed)
+        check_content_options(qk_input, content_warmup, content_projection)
+        # optimiser steps taken in the warm-up, saved with the weights so a resumed run continues the ramp;
+        # it starts complete (the init and a model used outside training see alpha), start_training resets it
+        self.content_warmup = content_warmup
+        self.register_buffer("content_steps", torch.tensor(float(content_warmup)) if content_warmup else None)
         self.qk_input = qk_input
         self.img_size = pair(img_size)
         self.in_chans = in_chans
@@ -169,7 +222,8 @@ class SimpleViT(PretrainedMixin, nn.Module):
                 return FreeAttention(dim, tokens, heads, dim_head, attn_scale)
             return Attention(dim, heads=heads, dim_head=dim_head, attn_scale=attn_scale)
 
-        self.blocks = nn.ModuleList(Block(dim, attention(), mlp_dim, self.alpha) for _ in range(depth))
+        blocks = (Block(dim, attention(), mlp_dim, self.alpha, content_projection) for _ in range(depth))
+        self.blocks = nn.ModuleList(blocks)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
         self.freeze_attention = bool(freeze_attention)
@@ -191,9 +245,30 @@ class SimpleViT(PretrainedMixin, nn.Module):
         if self.pos_embed == "input":
             x = x + self.pos_embedding
         logit_pos = self.logit_position_embedding()
+        content = None
+        if self.content_steps is not None:  # alpha * min(1, steps / N), on the device
+            content = self.alpha * (self.content_steps / self.content_warmup).clamp(max=1.0)
         for block in self.blocks:
-            x = block(x, logit_pos)
+            x = block(x, logit_pos, content)
         return self.norm(x)
+
+    @torch.no_grad()
+    def start_training(self) -> Callable[[], None] | None:
+        """Called by the trainer when it builds the optimiser, after the init: fixes content_projection's
+        projectors from the Q/K weights as they are now and restarts content_warmup's ramp. Returns what
+        to call after each optimiser step (the ramp's step), or None. A resumed run then loads both
+        buffers from its checkpoint."""
+        for block in self.blocks:
+            if block.content_projector is not None:
+                block.content_projector.copy_(fitted_direction_projector(block.attn.to_qk.weight))
+        if self.content_steps is None:
+            return None
+        self.content_steps.zero_()
+        return self.advance_content_warmup
+
+    @torch.no_grad()
+    def advance_content_warmup(self) -> None:
+        self.content_steps.add_(1.0)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.forward_features(images).mean(dim=1))

@@ -1,7 +1,10 @@
 """Optimiser and learning-rate schedule presets.
 
 Weight decay skips 1-D parameters (biases, norms, gates), position embeddings and class tokens, as in
-DeiT/timm. The schedule is torch's own: LinearLR warm-up, then CosineAnnealingLR down to `min_lr`,
+DeiT/timm. A model with its own training-time state (SimpleViT's content_warmup and content_projection,
+docs/training.md) starts it when its optimiser is built (`start_model_schedule`); `qk_pull` puts the Q/K
+weights in a group of their own that holds their anchor, and a step pre-hook adds the pull to their
+gradient. The schedule is torch's own: LinearLR warm-up, then CosineAnnealingLR down to `min_lr`,
 chained with SequentialLR and stepped once per optimisation step.
 """
 
@@ -12,6 +15,8 @@ import torch.nn as nn
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
 
 from convinit.config import TrainConfig
+from convinit.errors import ConfigError
+from convinit.models.vit import FreeAttention
 
 NO_DECAY_NAMES = ("pos_embed", "pos_embedding", "cls_token", "dist_token")
 
@@ -45,15 +50,77 @@ def fused_or_default(optimizer: type[torch.optim.Optimizer], params: list, **kwa
         return optimizer(params, **kwargs)
 
 
+def start_model_schedule(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """`model.start_training()`, where the model has one, and its per-step call after every optimiser
+    step: state that moves with training (a ramp, a projector fixed after the init) lives in the model's
+    buffers, so a checkpoint saves it and a resume, which loads the weights after this, restores it."""
+    start = getattr(model, "start_training", None)
+    step = start() if callable(start) else None
+    if step is not None:
+        optimizer.register_step_post_hook(lambda *_: step())
+
+
+def pulled_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """What `qk_pull` anchors: the weights that form each attention layer's logits (the Q/K projection,
+    or Model III's factors) of a convinit ViT; ConfigError for a model without them."""
+    layers = getattr(model, "attention_layers", None)
+    attns = layers() if callable(layers) else []
+    if not attns or not all(hasattr(a, "to_qk") or isinstance(a, FreeAttention) for a in attns):
+        raise ConfigError(
+            f"qk_pull needs a model whose attention has a Q/K projection (simplevit and its variants), "
+            f"not {type(model).__name__}; drop qk_pull"
+        )
+    params = [[a.q_factors, a.k_factors] if isinstance(a, FreeAttention) else [a.to_qk.weight] for a in attns]
+    return [p for layer in params for p in layer if p.requires_grad]
+
+
+def with_pull_group(groups: list[dict], pulled: list[nn.Parameter], strength: float) -> list[dict]:
+    """`groups` with the pulled weights in a group of their own, holding their anchor (their values now,
+    so the optimiser's state dict saves it and a resume restores it) and the pull's strength."""
+    ids = {id(p) for p in pulled}
+    out = [{**group, "params": [p for p in group["params"] if id(p) not in ids]} for group in groups]
+    anchor = [p.detach().clone() for p in pulled]
+    out.append(
+        {"params": pulled, "weight_decay": groups[0]["weight_decay"], "pull": strength, "pull_anchor": anchor}
+    )
+    return [group for group in out if group["params"]]
+
+
+@torch.no_grad()
+def add_pull(optimizer: torch.optim.Optimizer, *_: object) -> None:
+    """A step pre-hook: the gradient of (pull / 2) ||w - w0||^2, pull * (w - w0), added to each pulled
+    weight's gradient (after clipping, inside the optimiser step); no read of the device."""
+    for group in optimizer.param_groups:
+        if not group.get("pull"):
+            continue
+        params, anchors = group["params"], group["pull_anchor"]
+        if anchors[0].device != params[0].device:  # a resumed state dict is loaded onto the CPU
+            anchors = group["pull_anchor"] = [a.to(p.device) for a, p in zip(anchors, params, strict=True)]
+        for param, anchor in zip(params, anchors, strict=True):
+            if param.grad is not None:
+                param.grad.add_(param - anchor, alpha=group["pull"])
+
+
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     lr = effective_lr(cfg)
     if cfg.optimizer == "adam":  # paper 1: Adam, no weight decay unless asked
-        params = [p for p in model.parameters() if p.requires_grad]
-        return fused_or_default(torch.optim.Adam, params, lr=lr, weight_decay=cfg.weight_decay)
-    groups = parameter_groups(model, cfg.weight_decay)
-    if cfg.optimizer == "adamw":
-        return fused_or_default(torch.optim.AdamW, groups, lr=lr)
-    return fused_or_default(torch.optim.SGD, groups, lr=lr, momentum=cfg.momentum, nesterov=True)
+        groups = [
+            {"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": cfg.weight_decay}
+        ]
+    else:
+        groups = parameter_groups(model, cfg.weight_decay)
+    if cfg.qk_pull:
+        groups = with_pull_group(groups, pulled_parameters(model), cfg.qk_pull)
+    if cfg.optimizer == "adam":
+        optimizer = fused_or_default(torch.optim.Adam, groups, lr=lr)
+    elif cfg.optimizer == "adamw":
+        optimizer = fused_or_default(torch.optim.AdamW, groups, lr=lr)
+    else:
+        optimizer = fused_or_default(torch.optim.SGD, groups, lr=lr, momentum=cfg.momentum, nesterov=True)
+    if cfg.qk_pull:
+        optimizer.register_step_pre_hook(add_pull)
+    start_model_schedule(model, optimizer)
+    return optimizer
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int) -> LRScheduler:

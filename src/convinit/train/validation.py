@@ -19,6 +19,7 @@ from convinit.errors import ConfigError
 from convinit.models.arguments import check_model_arguments
 from convinit.runs.loggers import check_loggers
 from convinit.train.memory_guard import check_data_fits, check_fits_in_memory, check_model_args_bounded
+from convinit.train.optim import pulled_parameters
 from convinit.train.plan import RunPlan, resolve_plan
 
 
@@ -58,7 +59,11 @@ def check_model(plan: RunPlan) -> None:
     except ConfigError:
         raise
     except Exception:  # a constructor that needs real values (e.g. fixed filters): check it on the CPU
-        plan.model.build()
+        model = plan.model.build()
+        if plan.cfg.qk_pull:
+            pulled_parameters(model)
         return
+    if plan.cfg.qk_pull:  # a model without Q/K weights to anchor is refused before any data is read
+        pulled_parameters(meta_model)
     shape = plan.shape
     check_fits_in_memory(meta_model, plan.largest_batch, shape.in_chans, shape.img_size, plan.device)
