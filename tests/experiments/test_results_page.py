@@ -104,3 +104,15 @@ def test_check_exits_1_on_a_stale_page_and_0_once_rewritten(tmp_path):
     assert main([*args, "--check"]) == 1
     assert main(args) == 0
     assert main([*args, "--check"]) == 0
+
+
+def test_a_tracked_change_is_the_end_minus_step_0_and_needs_the_step_0_row(tmp_path):
+    for seed in range(3):
+        run = tmp_path / "users-vit" / "random" / f"seed{seed}"
+        fake_run(tmp_path, "random", seed, [70, 71])
+        rows = [{"epoch": 0, "test_acc": 10, "init_quality/target_mass": 0.8},
+                {"epoch": 1, "test_acc": 71, "init_quality/target_mass": 0.3 + seed / 100}]  # fmt: skip
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    claims(tmp_path, row="random", expect="lower", metric="tracked_change:init_quality/target_mass")
+    line = claim_line(render(tmp_path))
+    assert "**holds**" in line and "-0.49" in line

@@ -32,6 +32,11 @@ from convinit.runs.atomic import atomic_write_text
 
 CLAIMS_FILE = "claims.yaml"
 MIN_SEEDS = 3  # the fewest paired seeds a verdict is drawn from
+END_MASS = "init_quality/target_mass"  # track=[init_quality]: the bias left at the end
+GRID_HEADER = (
+    "| row | final test accuracy (%) | per seed | start: held-apart mass / worst row / rows on target "
+    "| end: target mass |\n| --- | ---: | --- | --- | --- |"
+)
 DIRECTIONS = ("higher", "lower", "similar")
 
 
@@ -81,6 +86,8 @@ def load_claims(results: Path) -> list[Claim]:
 
 def metric_value(record: RunRecord, metric: str) -> float | None:
     """final_acc: the last epoch's test accuracy; acc_at_epoch:N: the test accuracy after epoch N;
+    tracked_end:KEY: a tracker's figure at the end (e.g. init_quality/target_mass); tracked_change:KEY:
+    at the end minus at step 0;
     gate_spread: the first GPSA layer's mean gate minus the last one's at the end; nonlocality_growth:
     the GPSA layers' mean non-locality at the end minus at step 0."""
     if metric == "final_acc":
@@ -89,6 +96,14 @@ def metric_value(record: RunRecord, metric: str) -> float | None:
         epoch = int(metric.split(":")[1])
         found = [row.get("test_acc") for row in record.metrics if row.get("epoch") == epoch]
         return found[-1] if found else None
+    if metric.startswith("tracked_end:"):  # a tracker's figure in the last metrics row
+        value = record.metrics[-1].get(metric.split(":", 1)[1])
+        return float(value) if isinstance(value, int | float) else None
+    if metric.startswith("tracked_change:"):  # a tracker's figure at the end minus at step 0
+        key = metric.split(":", 1)[1]
+        start, end = record.metrics[0].get(key), record.metrics[-1].get(key)
+        numbers = isinstance(start, int | float) and isinstance(end, int | float)
+        return float(end) - float(start) if numbers and record.metrics[0].get("epoch") == 0 else None
     if metric == "gate_spread":
         gates = layer_means(record.metrics[-1], "gate")
         return gates[min(gates)] - gates[max(gates)] if gates else None
@@ -259,12 +274,15 @@ def grid_tables(runs: dict[str, list[RunRecord]]) -> list[str]:
     for experiment, records in runs.items():
         if not records:
             continue
-        parts += [f"### {experiment}", "", "| row | final test accuracy (%) | per seed | start: held-apart "
-                  "mass / worst row / rows on target |", "| --- | ---: | --- | --- |"]  # fmt: skip
+        parts += [f"### {experiment}", "", GRID_HEADER]
         for label in dict.fromkeys(r.label for r in records):
             values = seed_values(records, label, "final_acc")
             per_seed = ", ".join(f"{values[s]:.2f}" for s in sorted(values))
-            parts.append(f"| {label} | {mean_std(values)} | {per_seed} | {init_figures(records, label)} |")
+            end = seed_values(records, label, f"tracked_end:{END_MASS}")
+            end_mass = f"{statistics.fmean(end.values()):.2f}" if end else "-"
+            parts.append(
+                f"| {label} | {mean_std(values)} | {per_seed} | {init_figures(records, label)} | {end_mass} |"
+            )
         command = Claim("", "", "", experiment).command()
         parts += ["", "```bash", command, "```", ""]
     return parts
