@@ -547,6 +547,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConvinitError as exc:
         print(f"convinit: error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # a torchvision built for another torch, imported where no check caught it
+        if "torchvision::" not in str(exc):
+            raise
+        from convinit.data.torchvision_pair import pair_message
+
+        print(f"convinit: error: {pair_message(exc)}", file=sys.stderr)
+        return 2
     except OSError as exc:  # a folder that cannot be written (read-only, full disk, ulimit -f, ...)
         where = f" ({exc.filename})" if exc.filename else ""
         print(

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from convinit.data.torchvision_pair import needs_torchvision
 from convinit.errors import ConfigError
 from convinit.models.registry import create_model
 
@@ -47,7 +48,8 @@ def is_external(name: str) -> bool:
 
 def build_timm(name: str, **kwargs: Any) -> nn.Module:
     try:
-        import timm
+        with needs_torchvision(f"model timm:{name}"):
+            import timm
     except ImportError as exc:
         raise ConfigError(f"model timm:{name} needs timm: pip install timm") from exc
     if name not in timm.list_models():
@@ -61,7 +63,8 @@ def build_transformers(name: str, num_classes: int, img_size, in_chans: int, **k
             f"unknown transformers model hf:{name}; choose one of: hf:{', hf:'.join(HF_MODELS)}"
         )
     try:
-        from transformers import ViTConfig, ViTForImageClassification
+        with needs_torchvision(f"model hf:{name}"):
+            from transformers import ViTConfig, ViTForImageClassification
     except ImportError as exc:
         raise ConfigError("model hf:vit needs transformers: pip install 'convinit[transformers]'") from exc
     size = img_size if isinstance(img_size, int) else list(img_size)

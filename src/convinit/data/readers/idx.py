@@ -14,6 +14,7 @@ from typing import BinaryIO
 import numpy as np
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, KnownShape, data_home, register_dataset
+from convinit.data.torchvision_pair import import_torchvision
 from convinit.errors import DataError
 
 SPLIT_FILES = {
@@ -120,6 +121,7 @@ def download_with_torchvision(dataset_class, root: Path) -> None:
 
 def read_mnist(root: Path, download: bool = False) -> ImageDataset:
     if download and missing_idx_files(root):
+        import_torchvision("download=true")
         from torchvision.datasets import MNIST
 
         download_with_torchvision(MNIST, root)
@@ -128,6 +130,7 @@ def read_mnist(root: Path, download: bool = False) -> ImageDataset:
 
 def read_fashion_mnist(root: Path, download: bool = False) -> ImageDataset:
     if download and missing_idx_files(root):
+        import_torchvision("download=true")
         from torchvision.datasets import FashionMNIST
 
         download_with_torchvision(FashionMNIST, root)
