@@ -50,7 +50,9 @@ def test_the_matching_torchvision_is_named_with_the_index_of_torchs_build():
     assert fix_command("2.5.1") == "pip install torchvision==0.20.1"
 
 
-def test_a_run_without_mixup_trains_and_never_imports_torchvision(tmp_path, tiny_overrides, broken_torchvision):
+def test_a_run_without_mixup_trains_and_never_imports_torchvision(
+    tmp_path, tiny_overrides, broken_torchvision
+):
     run = train(resolve_config(None, [*tiny_overrides, "epochs=1"]), run_dir=tmp_path / "run", progress=False)
     assert run.metrics[-1]["epoch"] == 1
     assert not [name for name in sys.modules if name.split(".")[0] == "torchvision"]
@@ -73,7 +75,8 @@ def test_mixup_with_a_mismatched_torchvision_is_refused_in_one_line_before_the_r
 def test_a_mismatched_pair_that_the_run_does_not_use_is_one_warning_line(
     tmp_path, tiny_overrides, broken_torchvision, monkeypatch, capsys
 ):
-    monkeypatch.setattr(torchvision_pair, "installed_version", {"torch": "2.14.1", "torchvision": "0.30.0"}.get)
+    versions = {"torch": "2.14.1", "torchvision": "0.30.0"}
+    monkeypatch.setattr(torchvision_pair, "installed_version", versions.get)
     train(resolve_config(None, [*tiny_overrides, "epochs=1"]), run_dir=tmp_path / "run", progress=False)
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and warnings[0].startswith("convinit: warning: torchvision 0.30.0")

@@ -10,13 +10,14 @@ import torch.nn as nn
 from convinit.config import TrainConfig
 from convinit.errors import ConfigError
 from convinit.models.pretrained import from_pretrained
-from convinit.share.export import export_run
 
 
 def load_teacher(cfg: TrainConfig, num_classes: int, device: torch.device) -> nn.Module | None:
     """The frozen teacher for hard distillation: a training run (newest checkpoint) or a saved model."""
     if cfg.teacher is None:
         return None
+    from convinit.share.export import export_run  # here: share.export builds models through train.plan
+
     path = Path(cfg.teacher)
     teacher = export_run(path) if (path / "config.yaml").is_file() else from_pretrained(path)
     classes = teacher.model_kwargs["num_classes"]
