@@ -40,8 +40,8 @@ def require_datasets() -> Any:
 
 
 def check_hf(root: Path | None, hf_name: str | None = None, hf_test_fraction: float = 0.2, **_: Any) -> None:
-    """What can be checked before any data is read: the package, where the data is, the split fraction."""
-    require_datasets()
+    """What can be checked before any data is read: where the data is, the split fraction, the package
+    (last: importing it takes seconds, and a listing should not pay that for a folder that is not one)."""
     if not 0 < hf_test_fraction < 1:
         raise DataError(f"hf_test_fraction must be in (0, 1), got {hf_test_fraction}")
     if hf_name is None and root is None:
@@ -57,6 +57,7 @@ def check_hf(root: Path | None, hf_name: str | None = None, hf_test_fraction: fl
         )
     if hf_name is None:
         refuse_empty_saved_splits(root)
+    require_datasets()
 
 
 def refuse_empty_saved_splits(root: Path) -> None:
@@ -207,6 +208,5 @@ register_dataset(
         how_to_obtain="set data_dir= to a dataset saved with save_to_disk, or hf_name=user/name",
         options=OPTIONS,
         check_options=check_hf,
-        where_hint="(set data_dir=DIR from save_to_disk, or hf_name=user/name)",
     )
 )
