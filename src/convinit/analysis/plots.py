@@ -30,9 +30,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from convinit.analysis.gates import gate_values
-from convinit.analysis.locality import attention_layers, model_grid, patch_attention
+from convinit.analysis.locality import attention_maps, model_grid, patch_attention
 from convinit.errors import ConfigError
-from convinit.models.layers import record_attention
 
 Records = Sequence[Mapping[str, Any]]
 NONLOCALITY_KEY = re.compile(r"^nonlocality/L(\d+)$")
@@ -167,7 +166,8 @@ def attention_maps_figure(
     `images` (already normalised, shape (B, C, H, W)). For layers with a class token, the patch-to-patch
     attention is shown, renormalised over patches (see locality).
     """
-    names = [name for name, _ in attention_layers(model)]
+    maps = attention_maps(model, images[:1])  # convinit's recorded maps, or a timm / transformers ViT's
+    names = list(maps)
     if not names:
         raise ConfigError("the model has no attention layers to plot")
     if layers is None:
@@ -175,13 +175,6 @@ def attention_maps_figure(
     bad = [layer for layer in layers if not 0 <= layer < len(names)]
     if bad:
         raise ConfigError(f"layers {bad} out of range; the model has attention layers 0..{len(names) - 1}")
-    was_training = model.training
-    model.eval()
-    try:
-        with record_attention(model) as maps:
-            model(images[:1])
-    finally:
-        model.train(was_training)
     gates = gate_values(model)
     first = maps[names[layers[0]]]
     rows, cols = model_grid(model, first.shape[-1])
