@@ -5,6 +5,7 @@ is available whatever data_dir says."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from convinit.cli import main
@@ -48,3 +49,12 @@ def test_a_folder_of_images_is_reported_with_its_classes_and_split_sizes(tmp_pat
             Image.fromarray(pixels).save(tmp_path / name / f"{i}.png")
     line = listing(capsys, f"data_dir={tmp_path}")["folder"]
     assert f"available  {tmp_path}: 3 classes, 12 train / 3 test images (15 decoded)" in line
+
+
+def test_a_saved_hf_dataset_is_reported_with_its_classes_and_split_sizes(tmp_path, digits):
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b"])})
+    rows = {"image": [Image.fromarray(x[0].numpy()) for x in digits.train_images[:20]], "label": [0, 1] * 10}
+    datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(tmp_path / "saved"))
+    status, _, found = survey_dataset("hf", tmp_path / "saved")
+    assert (status, found) == ("available", "2 classes, 16 train / 4 test images (16 decoded)")

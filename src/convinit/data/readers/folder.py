@@ -12,18 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from convinit.data.datasets import DatasetInfo, Found, ImageDataset, register_dataset
-from convinit.data.image_files import (
-    UNREADABLE,
-    all_grayscale,
-    decode_images,
-    image_files,
-    open_image,
-    unreadable_image,
-)
+from convinit.data.image_files import all_grayscale, decode_images, decode_sample, image_files
 from convinit.errors import DataError
 
 TEST_FRACTION = 0.2
-SURVEY_SAMPLE = 16  # images `convinit datasets` decodes, spread over the files (so over the classes)
 
 
 def class_folders(root: Path) -> list[Path]:
@@ -135,18 +127,6 @@ def read_folder(root: Path, download: bool = False) -> ImageDataset:
         test_labels=torch.tensor(test_labels),
         classes=classes,
     )
-
-
-def decode_sample(paths: list, count: int = SURVEY_SAMPLE) -> int:
-    """Decode `count` of `paths`, evenly spread (PIL only, no torch); DataError naming a file that fails."""
-    sample = paths[:: max(1, len(paths) // count)][:count]
-    for path in sample:
-        with open_image(path) as img:
-            try:
-                img.load()
-            except UNREADABLE as exc:
-                raise unreadable_image(path, exc) from exc
-    return len(sample)
 
 
 def survey_folder(root: Path) -> Found:
