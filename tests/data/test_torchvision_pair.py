@@ -63,6 +63,7 @@ def test_mixup_with_a_mismatched_torchvision_is_refused_in_one_line_before_the_r
 ):
     versions = {"torch": "2.14.1+cpu", "torchvision": "0.30.0"}  # pip kept torch, took a newer torchvision
     monkeypatch.setattr(torchvision_pair, "installed_version", versions.get)
+    monkeypatch.setattr(torchvision_pair, "torch_version", lambda: versions["torch"])
     with pytest.raises(InstallError) as info:
         train(resolve_config(None, [*tiny_overrides, "mixup=0.8"]), run_dir=tmp_path / "run", progress=False)
     message = str(info.value)
@@ -77,6 +78,7 @@ def test_a_mismatched_pair_that_the_run_does_not_use_is_one_warning_line(
 ):
     versions = {"torch": "2.14.1", "torchvision": "0.30.0"}
     monkeypatch.setattr(torchvision_pair, "installed_version", versions.get)
+    monkeypatch.setattr(torchvision_pair, "torch_version", lambda: versions["torch"])
     train(resolve_config(None, [*tiny_overrides, "epochs=1"]), run_dir=tmp_path / "run", progress=False)
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and warnings[0].startswith("convinit: warning: torchvision 0.30.0")
@@ -84,5 +86,21 @@ def test_a_mismatched_pair_that_the_run_does_not_use_is_one_warning_line(
 
 
 def test_a_timm_model_with_a_broken_torchvision_is_one_line_not_timms_traceback(broken_torchvision):
-    with pytest.raises(InstallError, match="does not work with torch .*pip install torchvision"):
+    with pytest.raises(InstallError, match="does not work with torch .*`pip install .*torchvision==0"):
         build_model_by_name("timm:vit_tiny_patch16_224", num_classes=10, img_size=8, in_chans=1)
+
+
+def test_the_right_release_of_another_build_is_to_be_reinstalled(
+    tmp_path, tiny_overrides, broken_torchvision, monkeypatch
+):
+    """torchvision 0.29.1 built for CUDA beside a CPU torch 2.14.1: the release matches, the build not."""
+    monkeypatch.setattr(torchvision_pair, "installed_version", {"torchvision": "0.29.1"}.get)
+    monkeypatch.setattr(torchvision_pair, "torch_version", lambda: "2.14.1+cpu")
+    with pytest.raises(InstallError) as info:  # a run that uses torchvision imports it before it starts
+        train(resolve_config(None, [*tiny_overrides, "cutmix=1.0"]), run_dir=tmp_path / "run", progress=False)
+    assert "reinstall the build of torchvision 0.29.1 matching torch 2.14.1+cpu" in str(info.value)
+    assert (
+        "`pip install --force-reinstall torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cpu`"
+        in (str(info.value))
+    )
+    assert not (tmp_path / "run").exists()

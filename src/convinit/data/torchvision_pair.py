@@ -30,6 +30,13 @@ def installed_version(package: str) -> str | None:
         return None
 
 
+def torch_version() -> str | None:
+    """The installed torch's version with its build tag (2.14.1+cpu): torch's own once imported (the
+    package metadata may lack the tag), else the metadata's."""
+    torch = sys.modules.get("torch")
+    return getattr(torch, "__version__", None) or installed_version("torch")
+
+
 def matching_torchvision(torch_version: str) -> str | None:
     """The torchvision release built for `torch_version` ("2.14.1+cpu" -> "0.29.1"); None if unknown."""
     release = torch_version.split("+")[0].split(".")
@@ -40,26 +47,27 @@ def matching_torchvision(torch_version: str) -> str | None:
     return f"0.{minor + TORCHVISION_MINOR_OFFSET}.{patch}" if major == 2 else None
 
 
-def fix_command(torch_version: str) -> str:
+def fix_command(torch_version: str, reinstall: bool = False) -> str:
     """The pip command that installs the torchvision matching `torch_version`, from the index its build came
     from (a local version such as +cpu or +cu130 names the PyTorch index)."""
     wanted = matching_torchvision(torch_version)
     spec = f"torchvision=={wanted}" if wanted else "torchvision"
     build = torch_version.partition("+")[2]
     index = f" --index-url https://download.pytorch.org/whl/{build}" if build else ""
-    return f"pip install {spec}{index}"
+    return f"pip install {'--force-reinstall ' if reinstall else ''}{spec}{index}"
 
 
 def pair_message(problem: BaseException | str) -> str:
     """One line: which torch and torchvision disagree, the error it gives, and the command that fixes it."""
-    torch_version = installed_version("torch") or "?"
+    torch = torch_version() or "?"
     vision = installed_version("torchvision") or "?"
     detail = str(problem).strip().splitlines()[0] if str(problem).strip() else type(problem).__name__
-    wanted = matching_torchvision(torch_version)
-    match = f"torchvision {wanted}" if wanted else "the torchvision release"
+    wanted = matching_torchvision(torch)
+    same = wanted is not None and vision.split("+")[0] == wanted  # the right release, another build
+    action = f"reinstall the build of torchvision {wanted}" if same else f"install torchvision {wanted or ''}"
     return (
-        f"torchvision {vision} does not work with torch {torch_version} ({detail}); install {match} "
-        f"matching torch {torch_version}: `{fix_command(torch_version)}`"
+        f"torchvision {vision} does not work with torch {torch} ({detail}); {action.rstrip()} matching "
+        f"torch {torch}: `{fix_command(torch, reinstall=same)}`"
     )
 
 
@@ -70,8 +78,7 @@ def import_torchvision(purpose: str = "this run") -> ModuleType:
     except ModuleNotFoundError as exc:
         if exc.name != "torchvision":
             raise InstallError(pair_message(exc)) from exc
-        torch_version = installed_version("torch") or ""
-        raise InstallError(f"{purpose} needs torchvision: `{fix_command(torch_version)}`") from exc
+        raise InstallError(f"{purpose} needs torchvision: `{fix_command(torch_version() or '')}`") from exc
     except Exception as exc:  # RuntimeError: operator torchvision::nms does not exist, OSError, ...
         raise InstallError(pair_message(exc)) from exc
     return torchvision
@@ -89,17 +96,18 @@ def needs_torchvision(purpose: str) -> Iterator[None]:
 def pair_disagrees() -> bool:
     """Whether the installed torchvision is not the release built for the installed torch (read from the
     packages' metadata: nothing is imported)."""
-    torch_version, vision = installed_version("torch"), installed_version("torchvision")
-    if torch_version is None or vision is None:
+    torch, vision = torch_version(), installed_version("torchvision")
+    if torch is None or vision is None:
         return False
-    wanted = matching_torchvision(torch_version)
+    wanted = matching_torchvision(torch)
     return wanted is not None and vision.split("+")[0].rsplit(".", 1)[0] != wanted.rsplit(".", 1)[0]
 
 
 def check_pair(needed_for: str | None) -> None:
-    """Before a run: if torchvision is not the build for this torch and does not import, an InstallError
-    when the run uses it (`needed_for` says for what), else a one-line warning."""
-    if not pair_disagrees() or "torchvision" in sys.modules:
+    """Before a run: a run that uses torchvision (`needed_for` says for what) imports it now, an InstallError
+    if it cannot; for another run, a torchvision of another release than torch's that does not import is
+    one warning line."""
+    if "torchvision" in sys.modules or (needed_for is None and not pair_disagrees()):
         return
     try:
         import_torchvision(needed_for or "this run")
