@@ -66,9 +66,7 @@ def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
     """Make `run_dir` ready for a new run; refuse to mix it with a previous one (a run that stopped
     before its first step is no previous run: its files are replaced)."""
     if not overwrite and (run_dir / "finished.json").exists():
-        raise ConfigError(
-            f"{run_dir} already holds a finished run; choose another --out or pass --overwrite to start over"
-        )
+        raise ConfigError(f"{run_dir} already holds a finished run; choose another --out or pass --overwrite")
     overwrite = overwrite or stopped_before_first_step(run_dir)
     if not overwrite and holds_unfinished_run(run_dir):
         raise ConfigError(
