@@ -80,19 +80,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_datasets(args: argparse.Namespace) -> int:
     from convinit.config import parse_overrides
-    from convinit.data.datasets import dataset_info, list_datasets
+    from convinit.data.datasets import list_datasets, survey_dataset
 
     given = parse_overrides(args.overrides)
     if set(given) - {"data_dir"}:
         raise ConfigError(f"datasets takes only data_dir=DIR, got {', '.join(args.overrides)}")
     data_dir = given.get("data_dir", args.data_dir)
     for name in list_datasets():
-        info = dataset_info(name)
-        missing = info.missing_files(data_dir)
-        where = info.resolve_dir(data_dir)
-        status = "available" if not missing else "not found"
-        place = where or info.where_hint or ("(set data_dir=DIR)" if info.needs_dir else "(embedded)")
-        print(f"{name:15s} {status:10s} {place}")
+        status, place, found = survey_dataset(name, data_dir)
+        print(f"{name:15s} {status:10s} {place}: {found}")
     return 0
 
 
@@ -614,6 +610,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return closed_stdout()
+    except RuntimeError as exc:  # a torchvision built for another torch, imported where no check caught it
+        if "torchvision::" not in str(exc):
+            raise
+        from convinit.data.torchvision_pair import pair_message
+
+        print(f"convinit: error: {pair_message(exc)}", file=sys.stderr)
+        return 2
     except OSError as exc:  # a folder that cannot be written (read-only, full disk, ulimit -f, ...)
         where = f" ({exc.filename})" if exc.filename else ""
         print(

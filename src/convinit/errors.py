@@ -20,3 +20,7 @@ class DataError(ConvinitError, OSError):
 
 class TrainingDiverged(ConvinitError):
     """The loss or the gradients became non-finite (NaN/inf) during training."""
+
+
+class InstallError(ConvinitError):
+    """Installed packages that cannot work together (torchvision built for another torch release)."""

@@ -105,6 +105,6 @@ def test_trainer_writes_real_pass_figures_of_its_training_images_into_init_repor
     overrides = [*tiny_overrides, "init=impulse", "model_args.qk_input=blend", "model_args.alpha=0.1"]
     train(resolve_config(None, overrides), run_dir=tmp_path / "run", progress=False)
     report = json.loads((tmp_path / "run" / "init_report.json").read_text())
-    assert report["real_pass"]["images"] + report["real_pass_held_out"]["images"] == 64
+    assert (report["real_pass"]["images"], report["real_pass_held_out"]["images"]) == (48, 128)
     assert "LN(x)" in report["real_pass"]["qk_input"]
     assert report["real_pass"]["mean_mass"] > 0.5

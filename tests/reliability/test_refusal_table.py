@@ -157,7 +157,7 @@ ROWS = {
         "(a symlink loop)",
     ),
     "out-on-an-unfinished-run": (
-        lambda t: [*T, "--out", run_with_config(t, "model: simplevit\n")],
+        lambda t: [*T, "--out", run_with_checkpoint(t, None, {"epoch": 1, "step": 0})],
         2,
         "holds an unfinished run; continue it with `convinit train --resume",
     ),

@@ -21,6 +21,7 @@ from convinit.runs.checkpoint import list_checkpoints
 from convinit.runs.metrics import MetricsLog
 from convinit.share.export import export_run
 from convinit.train import train
+from tests.share.stand_in_hub import stand_in_hub
 
 datasets = pytest.importorskip("datasets")
 hub_constants = pytest.importorskip("huggingface_hub.constants")
@@ -181,22 +182,8 @@ def test_folders_written_by_the_earlier_export_still_load(tmp_path):
 
 
 def test_push_to_hub_uploads_the_exported_folder_with_its_card(trained, tmp_path, monkeypatch, capsys):
-    from huggingface_hub import HfApi
-
     run, folder = trained
-    pushed = {}
-
-    class Repo:
-        repo_id = "someone/pushed"
-
-    def upload_folder(self, *, repo_id, folder_path, **_):
-        pushed["repo"] = repo_id
-        pushed["files"] = {p.name: p.read_bytes() for p in Path(folder_path).iterdir()}
-
-    monkeypatch.setattr(HfApi, "create_repo", lambda self, **_: Repo())
-    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # online, as far as push knows
-    monkeypatch.setattr("convinit.share.export.reach", lambda *_: None)  # the Hub answers (nothing is sent)
+    pushed = stand_in_hub(monkeypatch)
     assert main(["export", str(run), str(tmp_path / "m"), "--push-to-hub", "someone/pushed"]) == 0
     assert pushed["repo"] == "someone/pushed"
     assert pushed["files"] == {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}

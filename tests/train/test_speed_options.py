@@ -121,10 +121,10 @@ def test_fp16_checkpoint_holds_the_scaler_and_a_resumed_run_equals_an_uninterrup
 @pytest.fixture
 def fresh_dynamo():
     """Compiled graphs are cached per forward function: each compile test starts and ends without them."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     counters.clear()
     yield
-    torch._dynamo.reset()
+    torch.compiler.reset()
 
 
 # the smallest run that compiles a forward and a backward: depth 1, 5 steps, evaluated only at the end

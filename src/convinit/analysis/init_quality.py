@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from convinit.analysis.locality import attention_layers, model_grid
+from convinit.analysis.locality import attention_layers, attention_slots_of, model_grid, slot_attention
 from convinit.errors import ConfigError
 from convinit.init.filters import kernel_offsets
 from convinit.init.targets import Targets, row_figures, target_mass
@@ -69,18 +69,14 @@ def measured_maps(model: nn.Module, images: torch.Tensor) -> list[tuple[torch.Te
 
 def slot_maps(model: nn.Module, images: torch.Tensor) -> list[tuple[torch.Tensor, tuple[int, int]]]:
     """The maps of a model without recording layers (timm), from the Q/K inputs its layers receive."""
-    from convinit.init.attention_sites import attention_slots
-    from convinit.init.measure import layer_maps, qk_inputs
-
-    try:
-        slots = attention_slots(model, "measure")
-    except ConfigError as exc:
+    slots = attention_slots_of(model)
+    if not slots:
         raise ConfigError(
             f"track=init_quality measures attention maps; {type(model).__name__} has none it can read "
             f"(convinit ViTs, timm-layout ViTs and ConViT): drop init_quality from track"
-        ) from exc
-    inputs = qk_inputs(model, slots, images)
-    return [(layer_maps(slot, x).float(), tuple(slot.grid)) for slot, x in zip(slots, inputs, strict=True)]
+        )
+    maps = slot_attention(model, slots, images)
+    return [(m, tuple(slot.grid)) for slot, m in zip(slots, maps, strict=True)]
 
 
 @lru_cache(maxsize=16)

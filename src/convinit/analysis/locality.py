@@ -39,6 +39,51 @@ def attention_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(n, m) for n, m in model.named_modules() if hasattr(m, "record") and hasattr(m, "attention_map")]
 
 
+def attention_slots_of(model: nn.Module) -> list:
+    """The attention layers of a model whose layers record no maps (timm and transformers ViTs), as
+    `convinit.init.attention_sites` finds them; [] for a model with none it can read."""
+    from convinit.init.attention_sites import attention_slots
+
+    try:
+        return attention_slots(model, "measure")
+    except ConfigError:
+        return []
+
+
+def slot_attention(model: nn.Module, slots: list, images: torch.Tensor) -> list[torch.Tensor]:
+    """Each slot's (B, H, T, T) maps on `images`, computed from the Q/K input its layer really receives
+    on one eval-mode forward pass, as the layer computes them (`convinit.init.measure`)."""
+    from convinit.init.measure import layer_maps, qk_inputs
+
+    inputs = qk_inputs(model, slots, images)
+    return [layer_maps(slot, x).float() for slot, x in zip(slots, inputs, strict=True)]
+
+
+def has_attention_layers(model: nn.Module) -> bool:
+    """Whether `attention_maps` can show this model's attention (convinit's layers, timm, transformers)."""
+    return bool(attention_layers(model)) or bool(attention_slots_of(model))
+
+
+@torch.no_grad()
+def attention_maps(model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every attention layer's (B, H, T, T) maps of one eval-mode forward pass of `images`, by module name
+    in forward order: recorded by convinit's layers (`record_attention`), or, for a timm or transformers
+    ViT, computed from the Q/K input each layer really receives. {} for a model without attention."""
+    if attention_layers(model):
+        was_training = model.training
+        model.eval()
+        try:
+            with record_attention(model) as maps:
+                model(images)
+        finally:
+            model.train(was_training)
+        return dict(maps.items())
+    slots = attention_slots_of(model)
+    names = {id(module): name for name, module in model.named_modules()}
+    maps = slot_attention(model, slots, images) if slots else []
+    return {names.get(id(slot.module), f"layer{slot.layer}"): m for slot, m in zip(slots, maps, strict=True)}
+
+
 def patch_distances(rows: int, cols: int) -> torch.Tensor:
     """||delta(q, key)|| between patch centres in patch units, shape (N, N), patches row by row."""
     row, col = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
@@ -47,8 +92,9 @@ def patch_distances(rows: int, cols: int) -> torch.Tensor:
 
 
 def model_grid(model: nn.Module, tokens: int) -> tuple[int, int]:
-    """The model's (rows, cols) patch grid: `model.grid` if set, else a square grid of `tokens` patches."""
-    grid = getattr(model, "grid", None)
+    """The model's (rows, cols) patch grid: `model.grid` (convinit) or `patch_embed.grid_size` (timm) if
+    set, else a square grid of `tokens` patches (after at most one class token)."""
+    grid = getattr(model, "grid", None) or getattr(getattr(model, "patch_embed", None), "grid_size", None)
     if grid is not None:
         return int(grid[0]), int(grid[1])
     for prefix in (0, 1):
@@ -94,6 +140,13 @@ def nonlocality(
     """
     layers = attention_layers(model)
     sums: dict[int, torch.Tensor] = {}
+    if not layers:  # a timm or transformers ViT: its maps computed from each layer's Q/K input
+        for chunk in images.split(chunk_size):
+            for index, attn in enumerate(attention_maps(model, chunk).values()):
+                grid = model_grid(model, attn.shape[-1])
+                per_head = head_nonlocality(attn, grid, renormalise, reduce="sum").double()
+                sums[index] = sums.get(index, 0) + per_head
+        return nonlocality_keys(sums, images.shape[0])
 
     def reducer(index: int):
         def hook(module: nn.Module, inputs, output) -> None:
@@ -116,9 +169,14 @@ def nonlocality(
         for handle in handles:
             handle.remove()
         model.train(was_training)
+    return nonlocality_keys(sums, images.shape[0])
+
+
+def nonlocality_keys(sums: dict[int, torch.Tensor], count: int) -> dict[str, float]:
+    """`nonlocality/L{l}` and `nonlocality/L{l}/H{h}` from per-layer sums over `count` images."""
     out: dict[str, float] = {}
     for index in sorted(sums):
-        per_head = sums[index] / images.shape[0]
+        per_head = sums[index] / count
         out[f"nonlocality/L{index}"] = float(per_head.mean())
         for head, value in enumerate(per_head.tolist()):
             out[f"nonlocality/L{index}/H{head}"] = value

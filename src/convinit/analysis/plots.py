@@ -31,9 +31,8 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from convinit.analysis.gates import gate_values
-from convinit.analysis.locality import attention_layers, model_grid, patch_attention
+from convinit.analysis.locality import attention_maps, model_grid, patch_attention
 from convinit.errors import ConfigError
-from convinit.models.layers import record_attention
 from convinit.runs.metrics import read_metrics as run_metrics
 
 Records = Sequence[Mapping[str, Any]]
@@ -166,17 +165,11 @@ def attention_maps_figure(
     the first image of `images` (already normalised, shape (B, C, H, W)). For layers with a class token,
     the patch-to-patch attention is shown, renormalised over patches (see locality).
     """
-    names = [name for name, _ in attention_layers(model)]
+    maps = attention_maps(model, images[:1])  # convinit's recorded maps, or a timm / transformers ViT's
+    names = list(maps)
     if not names:
         raise ConfigError("the model has no attention layers to plot")
     layers, rule = shown_layers(len(names), layers)
-    was_training = model.training
-    model.eval()
-    try:
-        with record_attention(model) as maps:
-            model(images[:1])
-    finally:
-        model.train(was_training)
     gates = gate_values(model)
     first = maps[names[layers[0]]]
     rows, cols = model_grid(model, first.shape[-1])

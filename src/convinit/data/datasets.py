@@ -88,6 +88,20 @@ class KnownShape:
     train_images: int
 
 
+@dataclass(frozen=True)
+class Found:
+    """What `convinit datasets` read of a dataset: classes and split sizes (and how much it decoded)."""
+
+    classes: int
+    train: int
+    test: int
+    note: str = ""
+
+    def __str__(self) -> str:
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.classes} classes, {self.train} train / {self.test} test images{note}"
+
+
 @dataclass
 class DatasetInfo:
     """A registered dataset: how to read it, where it lives by default and how to get it."""
@@ -103,8 +117,10 @@ class DatasetInfo:
     # them that replaces the file check before any work (root may be None when a key names the data)
     options: tuple[str, ...] = ()
     check_options: Callable[..., None] | None = None
-    where_hint: str = ""  # what `convinit datasets` prints when no folder is set
     shape: KnownShape | None = None  # None: known only once read (a folder, a Hub dataset)
+    # what `convinit datasets` reads to say what is there (headers, labels, a sample of images; no torch);
+    # None: the whole dataset is read
+    survey: Callable[[Path | None], Found] | None = None
 
     def resolve_dir(self, data_dir: str | Path | None) -> Path | None:
         if data_dir is not None:
@@ -176,6 +192,45 @@ def check_available(
             raise DataError(f"dataset {name!r} needs a directory: {info.how_to_obtain}")
         what = "does not exist" if missing == [str(root)] else f"lacks {', '.join(missing)}"
         raise DataError(f"dataset {name!r}: {root} {what}; {info.how_to_obtain}")
+
+
+def unavailable(info: DatasetInfo, root: Path | None) -> str | None:
+    """Why `info` cannot be read from `root`, in a few words; None if its files are there."""
+    if not info.needs_dir:
+        return None
+    if info.check_options is None and root is None:
+        return "set data_dir=DIR"
+    if info.check_options is None and not root.is_dir():
+        return "no such folder"
+    try:
+        if info.check_options is not None:
+            info.check_options(root)
+            return None
+        missing = info.missing_in(root)
+    except DataError as exc:
+        return str(exc)
+    more = f" and {len(missing) - 2} more" if len(missing) > 2 else ""
+    return f"lacks {', '.join(missing[:2])}{more}" if missing else None
+
+
+def survey_dataset(name: str, data_dir: str | Path | None = None) -> tuple[str, str, str]:
+    """(status, place, what was found) for `convinit datasets`: `available` only once a sample of the
+    data was read (classes, split sizes), `unusable` if that read failed, else `not found` and why.
+    An embedded set (digits) is where it always is, whatever `data_dir` says."""
+    info = dataset_info(name)
+    root = info.resolve_dir(data_dir) if info.needs_dir else None
+    place = "(embedded)" if not info.needs_dir else str(root) if root is not None else "-"
+    why = unavailable(info, root)
+    if why is not None:
+        return "not found", place, why
+    try:
+        if info.survey is not None:
+            return "available", place, str(info.survey(root))
+        dataset = load_dataset(name, root)
+    except DataError as exc:
+        return "unusable", place, str(exc)
+    found = Found(dataset.num_classes, len(dataset.train_labels), len(dataset.test_labels))
+    return "available", place, str(found)
 
 
 def load_dataset(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from convinit.data.torchvision_pair import needs_torchvision
+
 
 def epoch_indices(
     n: int, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int, repeats: int, drop_last: bool
@@ -24,7 +26,8 @@ def epoch_indices(
     """
     global_seed = seed * 100_003 + epoch  # the permutation's seed in both data modes
     if repeats > 1:
-        from timm.data.distributed_sampler import RepeatAugSampler
+        with needs_torchvision("repeated_aug (timm's sampler)"):
+            from timm.data.distributed_sampler import RepeatAugSampler
 
         sampler = RepeatAugSampler(range(n), world_size, rank, shuffle=shuffle, num_repeats=repeats)
         sampler.set_epoch(global_seed)

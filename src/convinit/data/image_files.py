@@ -79,6 +79,21 @@ def to_mode(img: Image.Image, mode: str, source: ImageSource | str) -> Image.Ima
     return img.convert(mode)
 
 
+SURVEY_SAMPLE = 16  # images `convinit datasets` decodes, spread over the files (so over the classes)
+
+
+def decode_sample(paths: list[ImageSource], count: int = SURVEY_SAMPLE) -> int:
+    """Decode `count` of `paths`, evenly spread (PIL only, no torch); DataError naming a file that fails."""
+    sample = paths[:: max(1, len(paths) // count)][:count]
+    for path in sample:
+        with open_image(path) as img:
+            try:
+                img.load()
+            except UNREADABLE as exc:
+                raise unreadable_image(path, exc) from exc
+    return len(sample)
+
+
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
 

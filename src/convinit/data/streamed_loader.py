@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from convinit.data.epoch_order import epoch_indices
 from convinit.data.image_files import UNREADABLE, to_mode, unreadable_image
+from convinit.data.torchvision_pair import needs_torchvision
 from convinit.errors import DataError
 from convinit.runs.parent_death import die_with_worker_parent
 
@@ -76,7 +77,8 @@ class StreamRecipe:
     def train_transform(self) -> Callable[[Image.Image], torch.Tensor]:
         """RandomResizedCrop -> flip -> RandAugment, to uint8 (timm's order; normalise and random erasing
         follow on the device)."""
-        from timm.data import create_transform
+        with needs_torchvision("the streamed loader's transforms (timm)"):
+            from timm.data import create_transform
 
         transform = create_transform(
             (self.in_chans, self.img_size, self.img_size),
@@ -94,7 +96,8 @@ class StreamRecipe:
 
     def eval_transform(self) -> Callable[[Image.Image], torch.Tensor]:
         """Resize the short side to img_size / crop_pct, centre-crop img_size, to uint8."""
-        from timm.data import create_transform
+        with needs_torchvision("the streamed loader's transforms (timm)"):
+            from timm.data import create_transform
 
         return create_transform(
             (self.in_chans, self.img_size, self.img_size),

@@ -20,12 +20,15 @@ from convinit.experiments.grid import slug
 from convinit.runs.checkpoint import latest_checkpoint, load_weights
 from convinit.train.plan import build_model
 from convinit.train.rng import seed_everything
-from convinit.train.run_builder import initialize_model
+from convinit.train.run_builder import init_images, initialize_model
 from convinit.train.threads import set_run_threads
 
 
 def has_attention(model: nn.Module) -> bool:
-    return any(hasattr(m, "record") and hasattr(m, "attention_map") for m in model.modules())
+    """convinit's attention layers, or a timm / transformers ViT's (read from its Q/K inputs)."""
+    from convinit.analysis.locality import has_attention_layers
+
+    return has_attention_layers(model)
 
 
 @dataclass
@@ -46,7 +49,7 @@ def model_at_init(run_dir: Path) -> RunModel:
     seed_everything(cfg.seed, deterministic=False)
     data = build_data(cfg, torch.device("cpu"))
     model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
-    images = data.init_batch()
+    images = init_images(data)
     report = initialize_model(cfg, model, images)
     return RunModel(cfg, model.eval(), data.test_batch(1, torch.device("cpu")), images, report)
 

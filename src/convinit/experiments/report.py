@@ -68,8 +68,11 @@ class RunRecord:
         )
 
     def bias(self, key: str) -> tuple[float | None, float | None]:
-        """A tracker figure at step 0 (the epoch-0 evaluation) and at the end (the last row), or None."""
+        """A tracker figure at step 0 (the epoch-0 evaluation, or track.jsonl's step-0 row of a run with
+        eval_every=0) and at the end (the last row), or None."""
         first = self.metrics[0] if self.metrics[0].get("epoch") == 0 else {}
+        if key not in first:
+            first = next((r for r in read_metrics(self.run_dir / TRACK_FILE) if r.get("step") == 0), {})
         return first.get(key), self.metrics[-1].get(key)
 
     @property

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from convinit.data.torchvision_pair import needs_torchvision
 from convinit.errors import ConfigError
 from convinit.models.registry import create_model
 
@@ -52,7 +53,8 @@ def build_timm(name: str, **kwargs: Any) -> nn.Module:
             "timm.list_models('vit_*') lists them)"
         )
     try:
-        import timm
+        with needs_torchvision(f"model timm:{name}"):
+            import timm
     except ImportError as exc:
         raise ConfigError(f"model timm:{name} needs timm: pip install timm") from exc
     if name not in timm.list_models():
@@ -67,7 +69,8 @@ def transformers_config_class(name: str) -> type:
             f"unknown transformers model hf:{name}; choose one of: hf:{', hf:'.join(HF_MODELS)}"
         )
     try:
-        from transformers import ViTConfig
+        with needs_torchvision(f"model hf:{name}"):
+            from transformers import ViTConfig
     except ImportError as exc:
         raise ConfigError("model hf:vit needs transformers: pip install 'convinit[transformers]'") from exc
     return ViTConfig

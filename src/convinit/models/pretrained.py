@@ -15,6 +15,7 @@ import inspect
 import json
 import math
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,11 @@ import torch.nn as nn
 from huggingface_hub import ModelCard, PyTorchModelHubMixin
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 from safetensors import SafetensorError
-from safetensors.torch import load_model
+from safetensors.torch import load_model, save_model
 
 from convinit.errors import ConfigError
-from convinit.models.registry import create_model, list_models
+from convinit.models.external import build_model_by_name, is_external
+from convinit.models.registry import list_models
 from convinit.runs.read_back import short_repr
 from convinit.share.folder_publish import publish_folder
 
@@ -118,7 +120,7 @@ class PretrainedMixin(
                 token=token, local_files_only=local_files_only,
             ))  # fmt: skip
         model = load_checked(config, weights, model_id, map_location)
-        if not isinstance(model, cls):
+        if cls is not PretrainedMixin and not isinstance(model, cls):  # timm / transformers: not a mixin
             raise ConfigError(f"{model_id} holds a {type(model).__name__}, not a {cls.__name__}")
         return model
 
@@ -150,11 +152,37 @@ def default_model_card(config: dict[str, Any]) -> str:
 
 
 def save_pretrained(model: nn.Module, directory: str | Path, **metadata: Any) -> Path:
-    """Write config.json, model.safetensors and README.md; metadata (classes, mean, std) joins the config."""
-    if not isinstance(model, PretrainedMixin):
-        hub_config(model)  # the one-line error for a model not built by create_model
+    """Write config.json, model.safetensors and README.md; metadata (classes, mean, std) joins the config.
+
+    A timm or transformers model that convinit built (`model=timm:NAME`, `model=hf:vit`) is written the
+    same way, with its own state dict as the weights (so timm loads a timm model's file as it is)."""
+    if isinstance(model, PretrainedMixin):
+        return model.save_pretrained(directory, **metadata)
+    config = hub_config(model, **metadata)  # the one-line error for a model not built by create_model
+    if not is_external(config["model"]):
         raise ConfigError(f"{type(model).__name__} is not a convinit model; build it with create_model")
-    return model.save_pretrained(directory, **metadata)
+
+    def write(folder: Path) -> None:
+        (folder / CONFIG).write_text(json.dumps(config, indent=2))
+        save_model(model, str(folder / WEIGHTS))
+        (folder / CARD).write_text(getattr(model, "model_card", None) or default_model_card(config))
+
+    return publish_folder(Path(directory), write, kept=FOLDER_FILES)
+
+
+def push_to_hub(model: nn.Module, repo_id: str) -> None:
+    """Upload the model's folder (config, weights, card) to the Hub repository `repo_id`: through the
+    mixin for convinit's models, the same folder uploaded for a timm or transformers one."""
+    if isinstance(model, PretrainedMixin):
+        model.push_to_hub(repo_id)
+        return
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    repo = api.create_repo(repo_id=repo_id, exist_ok=True).repo_id
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = save_pretrained(model, Path(tmp) / "model")
+        api.upload_folder(repo_id=repo, repo_type="model", folder_path=folder, commit_message="Push model")
 
 
 def read_pretrained_config(path: Path, source: str) -> dict[str, Any]:
@@ -179,7 +207,7 @@ def check_config(config: Any, source: str) -> None:
     if nesting_depth(config) > MAX_NESTING:  # printing or building from it would exhaust the stack
         raise ConfigError(f"{where} is nested over {MAX_NESTING} levels deep; export the model again")
     name, args = config.get("model"), config.get("model_args")
-    if not isinstance(name, str) or name not in list_models():
+    if not isinstance(name, str) or not (name in list_models() or is_external(name)):
         raise ConfigError(f"{where} names no convinit model ('model': {name!r}); see `convinit models`")
     if not isinstance(args, dict):
         raise ConfigError(f"{where} lacks 'model_args' (the preset's arguments); export the model again")
@@ -317,7 +345,7 @@ def build_model(config: dict[str, Any], source: str, device: str | None = None) 
         args["img_size"] = tuple(args["img_size"])
     try:
         with torch.device(device) if device else contextlib.nullcontext():
-            return create_model(config["model"], **args)
+            return build_model_by_name(config["model"], **args)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
     except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError, IndexError) as exc:
@@ -333,7 +361,15 @@ def expected_shapes(config: dict[str, Any], source: str) -> dict[str, list[int]]
     """The state dict's shapes from a model built on the meta device (no memory); None if it cannot be."""
     try:
         model = build_model(config, source, device="meta")
-    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError, IndexError):
+    except (
+        TypeError,
+        ValueError,
+        AssertionError,
+        RuntimeError,
+        ArithmeticError,
+        IndexError,
+        NotImplementedError,
+    ):
         return None  # an init that needs real values (fixed filters): checked after the real build
     return {key: list(value.shape) for key, value in model.state_dict().items()}
 

@@ -122,10 +122,10 @@ class Trackers:
     def log_attention(self, tag: str, model: nn.Module, images: torch.Tensor, step: int) -> None:
         """The attention maps of the first of `images` (a picture of `convinit.analysis.plots`); nothing
         for a model without attention layers, or when no tracker would receive it."""
-        from convinit.analysis.locality import attention_layers
+        from convinit.analysis.locality import has_attention_layers
         from convinit.analysis.plots import attention_maps_figure, figure_pixels
 
-        if not self.loggers or not attention_layers(model):
+        if not self.loggers or not has_attention_layers(model):
             return
         title = f"{self.model_name}, {tag.split('/')[-1]} (step {step})"
         self.log_image(tag, figure_pixels(attention_maps_figure(model, images, title=title)), step)

@@ -2,17 +2,22 @@
 
 `--out DIR` starts a new run: refused on a finished run or an unfinished one (continue it with
 `--resume`), unless `--overwrite` asks for a clean start, which removes the previous run's files and
-its checkpoints (only convinit's own: see `convinit.runs.checkpoint`). A path that cannot be a run
-directory (empty, a file, too long) is refused before anything is created.
+its checkpoints (only convinit's own: see `convinit.runs.checkpoint`). A run that stopped before it had
+anything to continue (no checkpoint, no metrics past step 0: a config refused once the data was read, a
+kill while loading) is reclaimed by the next `--out` on its folder, the same command or a corrected
+one: resuming it would only start over. A path that cannot be a run directory (empty, a file, too
+long) is refused before anything is created.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 from convinit.errors import ConfigError
 from convinit.runs.checkpoint import list_checkpoints, prune, verify_checkpoint
+from convinit.runs.metrics import read_metrics
 
 RUN_FILES = (
     "metrics.jsonl",
@@ -46,10 +51,23 @@ def holds_unfinished_run(run_dir: Path) -> bool:
     )
 
 
+def stopped_before_first_step(run_dir: Path) -> bool:
+    """A run with nothing to continue: no checkpoint (intact or damaged), no metrics row past step 0 and
+    not finished. Its `--resume` would start over, so a new run may take its folder."""
+    if (run_dir / "finished.json").exists() or list_checkpoints(run_dir):
+        return False
+    with warnings.catch_warnings():  # a cut last line is what a kill leaves; the rows are all we need
+        warnings.simplefilter("ignore")
+        rows = read_metrics(run_dir / "metrics.jsonl")
+    return all(row.get("epoch") == 0 and not row.get("step") for row in rows)
+
+
 def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
-    """Make `run_dir` ready for a new run; refuse to mix it with a previous one."""
+    """Make `run_dir` ready for a new run; refuse to mix it with a previous one (a run that stopped
+    before its first step is no previous run: its files are replaced)."""
     if not overwrite and (run_dir / "finished.json").exists():
         raise ConfigError(f"{run_dir} already holds a finished run; choose another --out or pass --overwrite")
+    overwrite = overwrite or stopped_before_first_step(run_dir)
     if not overwrite and holds_unfinished_run(run_dir):
         raise ConfigError(
             f"{run_dir} holds an unfinished run; continue it with `convinit train --resume {run_dir}` "

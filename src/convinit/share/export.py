@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from convinit.config import load_config
 from convinit.errors import ConfigError
-from convinit.models.pretrained import FOLDER_FILES, is_repo_id
+from convinit.models.pretrained import FOLDER_FILES, is_repo_id, push_to_hub, save_pretrained
 from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.runs.ownership import reading_checkpoints
 from convinit.runs.preprocessing_record import run_data_record
@@ -55,7 +55,7 @@ def export_run(
     model.pretrained_config = {"model": cfg.model, **metadata}
     model.model_card = run_model_card(run_dir, cfg, record, epoch)
     if out is not None:
-        model.save_pretrained(out)
+        save_pretrained(model, out)
     if push_to_hub is not None:
         push(model, push_to_hub, Path(out) if out is not None else None)
     return model.eval()
@@ -77,7 +77,7 @@ def push(model: nn.Module, repo_id: str, saved: Path | None) -> None:
         raise ConfigError(f"not pushed to {repo_id}: HF_HUB_OFFLINE is set, the Hub is not contacted; {kept}")
     reach(constants.ENDPOINT, repo_id, kept)
     try:
-        model.push_to_hub(repo_id)
+        push_to_hub(model, repo_id)
     except (HfHubHTTPError, httpx.TransportError, OSError, ValueError) as exc:
         detail = " ".join(str(exc).split())[:300]
         login = "" if isinstance(exc, httpx.TransportError) else "; log in with `hf auth login`"

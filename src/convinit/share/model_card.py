@@ -151,6 +151,22 @@ def input_description(record: dict[str, Any]) -> str:
     return f"{size}, {resize}, normalised with mean {mean} std {std}"
 
 
+def timm_usage(cfg: TrainConfig, record: dict[str, Any]) -> str:
+    """For a timm model, how timm itself loads the weights (its own state dict; the head of a pretrained
+    config is 1000 classes, so the overlay names the run's)."""
+    if not str(cfg.model).startswith("timm:"):
+        return ""
+    name, classes = cfg.model.split(":", 1)[1], len(record["classes"])
+    args = ", ".join(f"{k}={v!r}" for k, v in cfg.model_args.items())
+    shape = f"num_classes={classes}, in_chans={record['in_chans']}, img_size={record['img_size']!r}"
+    return (
+        "With timm, from this folder:\n\n```python\nimport timm\n\nmodel = timm.create_model(\n"
+        f'    "{name}", pretrained=True,\n'
+        f'    pretrained_cfg_overlay=dict(file="model.safetensors", num_classes={classes}),\n'
+        f"    {shape}{', ' + args if args else ''},\n)\n```\n\n"
+    )
+
+
 def run_model_card(run_dir: Path, cfg: TrainConfig, record: dict[str, Any], epoch: int) -> str:
     """The README.md written beside the exported weights; `record` is the run's `preprocessing.json`."""
     fields = card_fields(run_dir, cfg, record, epoch)
@@ -174,7 +190,7 @@ def run_model_card(run_dir: Path, cfg: TrainConfig, record: dict[str, Any], epoc
         f"Trained with convinit: test accuracy {fields['test accuracy']} "
         f"after epoch {epoch} (seed {cfg.seed}).\n\n"
         f"| field | value |\n| --- | --- |\n{table}\n\n"
-        f"## Use\n\n{USAGE}\n"
+        f"## Use\n\n{USAGE}\n{timm_usage(cfg, record)}"
         f"## Reproduce\n\n```bash\n{command}\n```\n\n"
         f"The run's resolved config:\n\n```yaml\n{yaml.safe_dump(cfg.to_dict(), sort_keys=False)}```\n"
     )

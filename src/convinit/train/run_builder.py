@@ -25,9 +25,10 @@ from convinit.analysis.augmentation_preview import save_augmentation_preview
 from convinit.analysis.init_summary import read_init_report
 from convinit.config import TrainConfig, save_config
 from convinit.data import MixupCutmix
-from convinit.data.source import DataSource, build_data
+from convinit.data.source import HELD_APART, INIT_BATCH, DataSource, build_data
 from convinit.errors import ConfigError
 from convinit.init import initialize
+from convinit.init.schemes.mimetic import HELD_OUT
 from convinit.runs.atomic import atomic_write_text
 from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.runs.loggers import Trackers
@@ -81,13 +82,27 @@ class Run:
         return len(self.data.train)
 
 
+FITTED = INIT_BATCH - round(HELD_OUT * INIT_BATCH)  # 48: the images a scheme fits on, as ever
+HELD_APART_SCHEMES = ("impulse", "mimetic", "random")  # the schemes that take held_out
+
+
+def init_images(data: DataSource) -> torch.Tensor:
+    """What a run's init fits on and is measured with: the 64 training images of `init_batch` (whose
+    first 48 are fitted on), then HELD_APART more, all held apart (see `initialize_model`)."""
+    return data.init_batch(INIT_BATCH, extra=HELD_APART - (INIT_BATCH - FITTED))
+
+
 def initialize_model(
     cfg: TrainConfig, model: nn.Module, images: torch.Tensor | None = None
 ) -> dict[str, Any]:
     """Apply the configured init scheme (fitted on and measured with real `images`); ConfigError if its
-    options are unknown or impossible."""
+    options are unknown or impossible. Of more than INIT_BATCH images (`init_images`), the schemes hold
+    apart all but the first FITTED, unless init_args set held_out."""
+    options = dict(cfg.init_args)
+    if images is not None and len(images) > INIT_BATCH and cfg.init in HELD_APART_SCHEMES:
+        options.setdefault("held_out", (len(images) - FITTED) / len(images))
     try:
-        return initialize(model, cfg.init, images=images, **cfg.init_args)
+        return initialize(model, cfg.init, images=images, **options)
     except ConfigError:
         raise
     except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as exc:
@@ -146,7 +161,7 @@ def prepare_model(plan: RunPlan, data: DataSource, run_dir: Path, fresh: bool, i
     cfg = plan.cfg
     model = plan.model_for(DataShape(data.num_classes, data.in_chans, data.img_size)).build()
     if fresh:  # a new run, or one killed before its first intact checkpoint: start over
-        report = initialize_model(cfg, model, data.init_batch())
+        report = initialize_model(cfg, model, init_images(data))
         model.init_report = report
         if is_main:
             atomic_write_text(run_dir / "init_report.json", json.dumps(report, indent=1, default=str))

@@ -16,7 +16,7 @@ def load_teacher(cfg: TrainConfig, num_classes: int, device: torch.device) -> nn
     """The frozen teacher for hard distillation: a training run (newest checkpoint) or a saved model."""
     if cfg.teacher is None:
         return None
-    from convinit.share.export import export_run  # here: share.export imports the trainer's plan
+    from convinit.share.export import export_run  # here: share.export builds models through train.plan
 
     path = Path(cfg.teacher)
     teacher = export_run(path) if (path / "config.yaml").is_file() else from_pretrained(path)

@@ -132,6 +132,8 @@ def train_owned(
         if ddp.is_main:
             run.log.append(row)
             run.trackers.log_epoch(0, row)
+    elif run.checkpoint is None and cfg.track and ddp.is_main:  # no step-0 evaluation: the trackers alone
+        track_step(run, 0, 0)
     total = cfg.epochs * run.steps_per_epoch
     done = run.state.epoch * run.steps_per_epoch + run.state.step
     bar = tqdm(

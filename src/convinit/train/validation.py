@@ -15,8 +15,10 @@ import torch
 from convinit.config import TrainConfig, say_notes
 from convinit.data import check_available
 from convinit.data.datasets import dataset_options
+from convinit.data.torchvision_pair import check_pair
 from convinit.errors import ConfigError
 from convinit.models.arguments import check_model_arguments
+from convinit.models.external import is_external
 from convinit.runs.loggers import check_loggers
 from convinit.train.memory_guard import check_data_fits, check_fits_in_memory, check_model_args_bounded
 from convinit.train.optim import pulled_parameters
@@ -27,6 +29,7 @@ def validate(cfg: TrainConfig) -> RunPlan:
     """Every check that can run before any data is read or any step taken (one-line errors); returns the
     plan the run is built from."""
     plan = resolve_plan(cfg)  # first: a device that is not there is the first thing to say
+    check_pair(torchvision_use(cfg))  # a torchvision built for another torch, named with its fix
     if cfg.teacher is not None:
         path = Path(cfg.teacher)
         if not ((path / "config.yaml").is_file() or (path / "config.json").is_file()):
@@ -47,6 +50,19 @@ def validate(cfg: TrainConfig) -> RunPlan:
             get_tracker(name)
     say_notes()  # the adapted defaults' notes, now that nothing refused the config
     return plan
+
+
+def torchvision_use(cfg: TrainConfig) -> str | None:
+    """What in `cfg` imports torchvision (None: nothing does): only those runs need a working one."""
+    uses = {
+        "mixup and cutmix": cfg.mixup > 0 or cfg.cutmix > 0,
+        f"model {cfg.model}": is_external(cfg.model),
+        "randaugment_policy=torchvision": cfg.randaugment_n > 0 and cfg.randaugment_policy == "torchvision",
+        "repeated_aug (timm's sampler)": cfg.repeated_aug > 1,
+        "data_mode=stream (timm's transforms)": cfg.data_mode == "stream",
+        "download=true": cfg.download,
+    }
+    return next((what for what, used in uses.items() if used), None)
 
 
 def check_model(plan: RunPlan) -> None:

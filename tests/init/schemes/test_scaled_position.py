@@ -51,3 +51,10 @@ def test_models_without_a_learned_position_table_are_refused_unchanged():
 def test_keep_is_refused_because_it_would_change_nothing():
     with pytest.raises(ConfigError, match="must be 'scale' or 'sincos', got 'keep'"):
         initialize(timm_model(), "scaled-position", learned_pos_embed="keep")
+
+
+def test_with_images_it_reports_the_real_pass_figures_every_scheme_reports():
+    images = torch.randn(64, 1, 16, 16, generator=torch.Generator().manual_seed(0))
+    report = initialize(timm_model(), "scaled-position", images=images)
+    assert {"real_pass", "real_pass_held_out"} <= set(report)
+    assert {"mean_entropy", "mean_distance"} <= set(report["real_pass_held_out"])

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from convinit.data.augmentation.randaugment import BatchRandAugment
 from convinit.data.augmentation.randaugment_torchvision import TorchvisionRandAugment
+from convinit.data.torchvision_pair import import_torchvision
 
 RANDAUGMENT_POLICIES = ("timm", "torchvision")
 # timm's RandomErasing defaults, as DeiT uses them: area 2 %-33 %, aspect ratio 0.3-3.3, 10 attempts.
@@ -196,9 +197,10 @@ class MixupCutmix:
     """Mixup (Beta(alpha_mix)) or cutmix (Beta(alpha_cut)), one of them per batch, on soft targets."""
 
     def __init__(self, num_classes: int, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0):
-        from torchvision.transforms import v2
-
         choices = []
+        if mixup_alpha > 0 or cutmix_alpha > 0:  # torchvision only when it is used
+            import_torchvision("mixup and cutmix")
+            from torchvision.transforms import v2
         if mixup_alpha > 0:
             choices.append(v2.MixUp(alpha=mixup_alpha, num_classes=num_classes))
         if cutmix_alpha > 0:

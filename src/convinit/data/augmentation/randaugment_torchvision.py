@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from convinit.data.augmentation.randaugment import equalize_lut, histogram, per_sample, sharpness_degenerate
+from convinit.data.torchvision_pair import import_torchvision
 
 GEOMETRIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
 BLENDED = ("Brightness", "Color", "Contrast", "Sharpness")  # torchvision's _blend(img, degenerate, 1 + m)
@@ -28,6 +29,7 @@ BLENDED = ("Brightness", "Color", "Contrast", "Sharpness")  # torchvision's _ble
 def inverse_affine(name: str, magnitude: float, h: int, w: int) -> list[float]:
     """The inverse affine matrix torchvision's `_apply_op` builds for a geometric operation (its
     `F.affine` / `F.rotate` arguments; centre [0, 0] for the shears is the top-left corner)."""
+    import_torchvision("randaugment_policy=torchvision")
     from torchvision.transforms.functional import _get_inverse_affine_matrix
 
     corner = [-w * 0.5, -h * 0.5]  # F.affine's centre_f for center=[0, 0]

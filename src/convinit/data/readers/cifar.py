@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, KnownShape, data_home, register_dataset
+from convinit.data.torchvision_pair import import_torchvision
 from convinit.errors import DataError
 
 if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
@@ -147,6 +148,7 @@ def read_split(folder: Path, files: list[str], label_key: bytes) -> tuple[torch.
 def read_cifar(name: str, root: Path, download: bool) -> ImageDataset:
     layout = LAYOUTS[name]
     if download and missing_cifar_files(name)(root):
+        import_torchvision("download=true")
         from torchvision.datasets import CIFAR10, CIFAR100
 
         (CIFAR10 if name == "cifar10" else CIFAR100)(str(root), train=True, download=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from convinit.data.datasets import DatasetInfo, ImageDataset, register_dataset
-from convinit.data.image_files import all_grayscale, decode_images, image_files
+from convinit.data.datasets import DatasetInfo, Found, ImageDataset, register_dataset
+from convinit.data.image_files import all_grayscale, decode_images, decode_sample, image_files
 from convinit.errors import DataError
 
 TEST_FRACTION = 0.2
@@ -129,11 +129,20 @@ def read_folder(root: Path, download: bool = False) -> ImageDataset:
     )
 
 
+def survey_folder(root: Path) -> Found:
+    """What `convinit datasets` reads of a folder: its files listed and split as a run splits them, and a
+    sample of them decoded."""
+    files = folder_splits(root)
+    decoded = decode_sample(files.train_paths + files.test_paths)
+    return Found(len(files.classes), len(files.train_paths), len(files.test_paths), f"{decoded} decoded")
+
+
 register_dataset(
     DatasetInfo(
         name="folder",
         reader=read_folder,
         how_to_obtain="set data_dir=... to a folder of class folders (DIR/<class>/*.png or DIR/train, test)",
         missing_in=missing_folder_files,
+        survey=survey_folder,
     )
 )

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from convinit.data.datasets import DatasetInfo, ImageDataset, register_dataset
-from convinit.data.image_files import ImageSource, all_grayscale, decode_images
+from convinit.data.datasets import DatasetInfo, Found, ImageDataset, register_dataset
+from convinit.data.image_files import ImageSource, all_grayscale, decode_images, decode_sample
 from convinit.errors import DataError
 
 INSTALL = 'pip install "convinit[hf]"'
@@ -40,8 +40,8 @@ def require_datasets() -> Any:
 
 
 def check_hf(root: Path | None, hf_name: str | None = None, hf_test_fraction: float = 0.2, **_: Any) -> None:
-    """What can be checked before any data is read: the package, where the data is, the split fraction."""
-    require_datasets()
+    """What can be checked before any data is read: where the data is, the split fraction, the package
+    (last: importing it takes seconds, and a listing should not pay that for a folder that is not one)."""
     if not 0 < hf_test_fraction < 1:
         raise DataError(f"hf_test_fraction must be in (0, 1), got {hf_test_fraction}")
     if hf_name is None and root is None:
@@ -57,6 +57,7 @@ def check_hf(root: Path | None, hf_name: str | None = None, hf_test_fraction: fl
         )
     if hf_name is None:
         refuse_empty_saved_splits(root)
+    require_datasets()
 
 
 def refuse_empty_saved_splits(root: Path) -> None:
@@ -200,6 +201,24 @@ def read_hf(
     )
 
 
+def survey_hf(root: Path) -> Found:
+    """What `convinit datasets` reads of a saved dataset (default columns and splits, as a run without
+    options reads it): the splits' sizes, the label column's classes and a sample of the images decoded."""
+    datasets = require_datasets()
+    splits = open_splits(root, None, None)
+    train = pick_split(splits, "train", "hf_split_train")
+    image_column = pick_column(train.features, None, datasets.Image, "hf_image_column")
+    label_column = pick_column(train.features, None, datasets.ClassLabel, "hf_label_column")
+    test = next((splits[s] for s in TEST_SPLITS if s in splits and s != "train"), None)
+    n_train, n_test = len(train), len(test) if test is not None else 0
+    if test is None:  # held out of train as a run holds it out
+        n_test = len(held_out_split(np.asarray(train[label_column], dtype=np.int64), 0.2)[1])
+        n_train -= n_test
+    rows = np.linspace(0, len(train) - 1, min(len(train), 16)).astype(int).tolist()
+    decoded = decode_sample(image_sources(train.select(rows), image_column))
+    return Found(len(train.features[label_column].names), n_train, n_test, f"{decoded} decoded")
+
+
 register_dataset(
     DatasetInfo(
         name="hf",
@@ -207,6 +226,6 @@ register_dataset(
         how_to_obtain="set data_dir= to a dataset saved with save_to_disk, or hf_name=user/name",
         options=OPTIONS,
         check_options=check_hf,
-        where_hint="(set data_dir=DIR from save_to_disk, or hf_name=user/name)",
+        survey=survey_hf,
     )
 )

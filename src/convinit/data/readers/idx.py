@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import gzip
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from convinit.data.datasets import DatasetInfo, ImageDataset, KnownShape, data_home, register_dataset
+from convinit.data.datasets import DatasetInfo, Found, ImageDataset, KnownShape, data_home, register_dataset
+from convinit.data.torchvision_pair import import_torchvision
 from convinit.errors import DataError
 
 SPLIT_FILES = {
@@ -44,9 +46,8 @@ def missing_idx_files(root: Path) -> list[str]:
 MAX_IDX_BYTES = 2 << 30  # an IDX file may hold at most 2 GiB once decompressed (MNIST's largest: 47 MB)
 
 
-def read_idx_stream(path: Path, f: BinaryIO) -> tuple[tuple[int, ...], bytes]:
-    """Dims and data of an open IDX stream, reading no more than its header promises (plus one byte
-    to find trailing data): a gzip bomb is refused after its header, not after inflating it whole."""
+def read_idx_header(path: Path, f: BinaryIO) -> tuple[int, ...]:
+    """The dims of an open IDX stream, read from its header."""
     magic = f.read(4)
     if len(magic) < 4 or magic[0] != 0 or magic[1] != 0 or magic[2] != 0x08:
         raise DataError(f"{path} is not an unsigned-byte IDX file (bad magic number); re-download it")
@@ -54,8 +55,14 @@ def read_idx_stream(path: Path, f: BinaryIO) -> tuple[tuple[int, ...], bytes]:
     raw_dims = f.read(4 * ndim)
     if len(raw_dims) < 4 * ndim:
         raise DataError(f"{path} ends inside its header; it is truncated, re-download it")
-    dims = tuple(int.from_bytes(raw_dims[4 * i : 4 * i + 4], "big") for i in range(ndim))
-    header, size = 4 + 4 * ndim, math.prod(dims)
+    return tuple(int.from_bytes(raw_dims[4 * i : 4 * i + 4], "big") for i in range(ndim))
+
+
+def read_idx_stream(path: Path, f: BinaryIO) -> tuple[tuple[int, ...], bytes]:
+    """Dims and data of an open IDX stream, reading no more than its header promises (plus one byte
+    to find trailing data): a gzip bomb is refused after its header, not after inflating it whole."""
+    dims = read_idx_header(path, f)
+    header, size = 4 + 4 * len(dims), math.prod(dims)
     if size > MAX_IDX_BYTES:
         raise DataError(
             f"{path}: its header promises {size} bytes of data, over the {MAX_IDX_BYTES >> 30} GiB limit "
@@ -68,11 +75,14 @@ def read_idx_stream(path: Path, f: BinaryIO) -> tuple[tuple[int, ...], bytes]:
     return dims, data
 
 
-def read_idx(path: Path) -> np.ndarray:
-    """Parse one IDX file: magic (0, 0, dtype 0x08 = ubyte, ndim), big-endian dims, then the bytes."""
+def read_idx(path: Path, header_only: bool = False) -> np.ndarray | tuple[int, ...]:
+    """Parse one IDX file: magic (0, 0, dtype 0x08 = ubyte, ndim), big-endian dims, then the bytes (or,
+    with `header_only`, just the dims)."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
+            if header_only:
+                return read_idx_header(path, f)
             dims, data = read_idx_stream(path, f)
     except (OSError, EOFError) as exc:  # a truncated or damaged gzip stream, an unreadable file
         if isinstance(exc, DataError):
@@ -118,8 +128,27 @@ def download_with_torchvision(dataset_class, root: Path) -> None:
         dataset_class(str(root), train=train, download=True)
 
 
+def survey_idx(num_classes: int) -> Callable[[Path], Found]:
+    """What `convinit datasets` reads of an IDX set: both label files whole, the image files' headers."""
+
+    def survey(root: Path) -> Found:
+        counts = []
+        for split in ("train", "test"):
+            labels = read_idx(find_idx_file(root, SPLIT_FILES[f"{split}_labels"]))
+            dims = read_idx(find_idx_file(root, SPLIT_FILES[f"{split}_images"]), header_only=True)
+            if len(dims) != 3 or dims[0] != len(labels) or labels.ndim != 1:
+                raise DataError(f"{root}: the {split} images {dims} and labels {labels.shape} do not match")
+            if len(labels) and int(labels.max()) >= num_classes:
+                raise DataError(f"{root}: {split} label {int(labels.max())} is outside {num_classes} classes")
+            counts.append(len(labels))
+        return Found(num_classes, *counts, note="labels read, image headers checked")
+
+    return survey
+
+
 def read_mnist(root: Path, download: bool = False) -> ImageDataset:
     if download and missing_idx_files(root):
+        import_torchvision("download=true")
         from torchvision.datasets import MNIST
 
         download_with_torchvision(MNIST, root)
@@ -128,6 +157,7 @@ def read_mnist(root: Path, download: bool = False) -> ImageDataset:
 
 def read_fashion_mnist(root: Path, download: bool = False) -> ImageDataset:
     if download and missing_idx_files(root):
+        import_torchvision("download=true")
         from torchvision.datasets import FashionMNIST
 
         download_with_torchvision(FashionMNIST, root)
@@ -143,6 +173,7 @@ register_dataset(
         can_download=True,
         missing_in=missing_idx_files,
         shape=KnownShape(num_classes=10, in_chans=1, side=28, train_images=60000),
+        survey=survey_idx(10),
     )
 )
 register_dataset(
@@ -159,5 +190,6 @@ register_dataset(
         can_download=True,
         missing_in=missing_idx_files,
         shape=KnownShape(num_classes=10, in_chans=1, side=28, train_images=60000),
+        survey=survey_idx(len(FASHION_CLASSES)),
     )
 )

@@ -18,6 +18,7 @@ from convinit.data.datasets import (
     files_missing,
     register_dataset,
 )
+from convinit.data.torchvision_pair import import_torchvision
 from convinit.errors import DataError
 
 if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
@@ -50,6 +51,7 @@ def read_mat(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 def read_svhn(root: Path, download: bool = False) -> ImageDataset:
     if download and files_missing(*FILES.values())(root):
+        import_torchvision("download=true")
         from torchvision.datasets import SVHN
 
         for split in FILES:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, KnownShape, data_home, register_dataset
 from convinit.data.image_files import decode_images
+from convinit.data.torchvision_pair import import_torchvision
 from convinit.errors import DataError
 
 FOLDER = "tiny-imagenet-200"
@@ -30,6 +31,7 @@ def read_tiny_imagenet(root: Path, download: bool = False) -> ImageDataset:
     import torch
 
     if download and missing_tiny_files(root):
+        import_torchvision("download=true")
         from torchvision.datasets.utils import download_and_extract_archive
 
         download_and_extract_archive(URL, str(root))

@@ -27,12 +27,14 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import AttentionSlot, attention_slots, rms, write_qk
+from convinit.init.measure import MEASURE_TOKENS, images_for, real_pass_quality
 from convinit.init.positions import repair_unset
 from convinit.init.registry import register_scheme
 
 VARIANTS = ("trockman_kolter", "paper1")
 QK_CONSTANTS = (0.7, 0.7)  # a1, b1
 VALUE_CONSTANTS = (0.4, 0.4)  # a2, b2
+HELD_OUT = 0.25  # share of an image batch measured apart, as impulse holds it apart from its fit
 
 
 def uniform_unit_variance(size: int, generator: torch.Generator | None) -> torch.Tensor:
@@ -117,12 +119,15 @@ def mimetic_init(
     value_proj: bool | None = None,
     variant: str = "trockman_kolter",
     seed: int | None = None,
+    images: torch.Tensor | None = None,
+    held_out: float = HELD_OUT,
 ) -> dict[str, Any]:
     """Mimetic init of every attention layer (docs/method.md §4).
 
     variant "trockman_kolter" (a1, b1, a2, b2; V/proj too unless value_proj=False) or "paper1" (Q/K
     only, noise variance 1/(3D), the baseline paper 1's tables used). Reports per layer the rms of the
-    new Q/K and V weights, for comparison with other schemes.
+    new Q/K and V weights, for comparison with other schemes; with `images`, the same real-pass figures
+    as impulse (`real_pass`, `real_pass_held_out`: see `real_pass_reports`).
     """
     if variant not in VARIANTS:
         raise ConfigError(f"mimetic variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
@@ -151,4 +156,23 @@ def mimetic_init(
         {"a1": a1, "b1": b1, "a2": a2, "b2": b2} if variant == "trockman_kolter" else {"a1": 0.7, "b1": 0.7}
     )
     report = {"variant": variant, "constants": constants, "value_proj": value_proj, "layers": layers}
+    if images is not None:
+        report.update(real_pass_reports(model, slots, images, held_out))
     return {**report, "repaired": repaired} if repaired else report
+
+
+def real_pass_reports(model: nn.Module, slots: list, images: torch.Tensor, held_out: float) -> dict[str, Any]:
+    """`real_pass` and `real_pass_held_out` split and measured as impulse's are, without targets: the
+    batch's last `held_out` share is the held-apart part (impulse fits on the rest; a scheme that fits on
+    no images measures both parts alike, so that every scheme reports the same figures on the same
+    images)."""
+    from convinit.init.schemes.impulse import split_batch  # impulse imports this module
+
+    if not 0.0 <= held_out < 1.0:
+        raise ConfigError(f"held_out must be in [0, 1), got {held_out!r}")
+    first, held = split_batch(images, held_out, slots[0].grid)
+    measured = images_for(MEASURE_TOKENS, slots[0].grid, first)
+    reports = {"real_pass": real_pass_quality(model, slots, measured)}
+    if len(held):
+        reports["real_pass_held_out"] = real_pass_quality(model, slots, held)
+    return reports

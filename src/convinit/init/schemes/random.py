@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.nn as nn
 
+from convinit.errors import ConfigError
+from convinit.init.attention_sites import attention_slots
 from convinit.init.registry import register_scheme
+from convinit.init.schemes.mimetic import HELD_OUT, real_pass_reports
 
 
 @register_scheme("random")
-def random_init(model: nn.Module) -> dict[str, Any]:
-    """Nothing to do: the model's constructor drew its weights (`initialize` adds the real-pass figures)."""
-    return {}
+def random_init(
+    model: nn.Module, images: torch.Tensor | None = None, held_out: float = HELD_OUT
+) -> dict[str, Any]:
+    """Nothing to do: the model's constructor drew its weights. With `images`, the real-pass figures
+    every scheme reports (`real_pass`, `real_pass_held_out`, as mimetic's), for models with attention."""
+    if images is None:
+        return {}
+    try:
+        slots = attention_slots(model, "measure")
+    except ConfigError:  # no attention the schemes reach (e.g. ConvMixer): no figures
+        return {}
+    return real_pass_reports(model, slots, images, held_out)

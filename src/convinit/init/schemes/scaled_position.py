@@ -12,32 +12,42 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import attention_slots, position_table
 from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, prepare_positions
 from convinit.init.registry import register_scheme
+from convinit.init.schemes.mimetic import HELD_OUT, real_pass_reports
 
 
 @register_scheme("scaled-position")
 def scaled_position_init(
-    model: nn.Module, *, learned_pos_embed: str = "scale", pos_embed_scale: float = POS_EMBED_SCALE
+    model: nn.Module,
+    *,
+    learned_pos_embed: str = "scale",
+    pos_embed_scale: float = POS_EMBED_SCALE,
+    images: torch.Tensor | None = None,
+    held_out: float = HELD_OUT,
 ) -> dict[str, Any]:
     """Prepare the learned position table as impulse init does (learned_pos_embed "scale": x 18, or
     "sincos"), leave every attention weight as drawn. Refuses models without a learned table, where it
-    would be `random` under another name."""
+    would be `random` under another name. With `images`, the real-pass figures every scheme reports."""
     if learned_pos_embed not in POSITION_MODES or learned_pos_embed == "keep":
         raise ConfigError(
             f"scaled-position learned_pos_embed must be 'scale' or 'sincos', got {learned_pos_embed!r}"
         )
     if not pos_embed_scale > 0:
         raise ConfigError(f"scaled-position pos_embed_scale must be > 0, got {pos_embed_scale!r}")
-    attention_slots(model, "scaled-position")  # refuses unsupported models before any change
+    slots = attention_slots(model, "scaled-position")  # refuses unsupported models before any change
     table = position_table(model)
     if table is None or not table.learned:
         raise ConfigError(
             "scaled-position init prepares a learned position table, but this model has "
             f"{'none' if table is None else 'a fixed one'}: it would be init=random under another name"
         )
-    return {"position": prepare_positions(model, learned_pos_embed, pos_embed_scale)}
+    report = {"position": prepare_positions(model, learned_pos_embed, pos_embed_scale)}
+    if images is not None:
+        report.update(real_pass_reports(model, slots, images, held_out))
+    return report
