@@ -52,7 +52,7 @@ def model_input(paths: list[Path], model: nn.Module) -> torch.Tensor:
     """The files as the run's evaluation saw them: resized as its `preprocess` says (see
     `convinit.runs.preprocessing_record`), normalised with its mean and std; (N, C, H, W) float."""
     from convinit.data.augmentation.batch_augment import BatchAugment
-    from convinit.data.image_files import decode_images
+    from convinit.data.image_files import decode_images, to_mode
     from convinit.models.layers import pair
 
     config = model.pretrained_config
@@ -78,7 +78,7 @@ def model_input(paths: list[Path], model: nn.Module) -> torch.Tensor:
     images = []
     for path in paths:
         with Image.open(path) as img:
-            images.append(transform(img.convert(mode)))
+            images.append(transform(to_mode(img, mode, str(path))))  # 16-bit / float scaled, not clipped
     batch = torch.stack(images)
     return batch if batch.is_floating_point() else normalise(batch)  # a transform that leaves uint8
 
