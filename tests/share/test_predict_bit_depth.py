@@ -19,7 +19,7 @@ def test_a_16_bit_image_through_the_crop_path_is_scaled_not_white(tmp_path):
                          heads=2, dim_head=8, mlp_dim=16)  # fmt: skip
     model.pretrained_config = {
         "mean": [0.0], "std": [1.0],
-        "preprocess": {"resize": "center_crop", "crop_size": 16, "interpolation": "bilinear", "crop_pct": 1.0},
+        "preprocess": {"resize": "center_crop", "crop_size": 16, "interpolation": "bilinear", "crop_pct": 1},
     }  # fmt: skip
     pixels = model_input([path], model)[0, 0]
     assert float((pixels >= 0.999).float().mean()) < 0.05  # on main: about 99 % white
