@@ -75,6 +75,24 @@ def test_attention_maps_for_chosen_layers_and_query(tmp_path):
         plot_attention_maps(model, torch.randn(1, 3, 16, 24), tmp_path / "bad.png", query=(4, 0))
 
 
+def test_each_head_panel_says_its_target_weight_and_marks_a_peak_off_target():
+    from convinit.analysis.plots import attention_maps_figure
+    from convinit.init import initialize
+
+    torch.manual_seed(0)
+    model = create_model("simplevit", num_classes=3, img_size=6, in_chans=1, patch_size=1, dim=32, depth=1,
+                         heads=2, dim_head=16, mlp_dim=8, qk_input="blend", alpha=0.0)  # fmt: skip
+    initialize(model, "impulse", offsets="centre_first", kernel_size=3, seed=0)  # (0, 0), then (-1, 0)
+    offsets = [[(0, 0), (0, 1)]]  # head 1 is drawn against a target it was not fitted to
+    fig = attention_maps_figure(model, torch.randn(1, 1, 6, 6), query=(3, 3), offsets=offsets)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles[0].startswith("layer 0, head 0\ntarget (0, 0): 0.") and "peak off" not in titles[0]
+    assert "target (0, 1): 0.0" in titles[1] and titles[1].endswith("peak off (x)")
+    assert len(fig.axes[1].lines) == 1  # the red x on head 1's peak
+    edge = attention_maps_figure(model, torch.randn(1, 1, 6, 6), query=(0, 5), offsets=[[(-1, 0), (0, 1)]])
+    assert "off the grid here" in edge.axes[0].get_title()
+
+
 def test_missing_metrics_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="metrics.jsonl"):
         render_run_analysis(tmp_path)

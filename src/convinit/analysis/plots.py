@@ -6,7 +6,8 @@
   (paper Fig. 6), from the `gate/L{l}/H{h}` keys.
 - `plot_attention_maps`: where one query patch looks, for each head of every layer (of the first,
   middle and last beyond six layers, or chosen ones; the figure says which rule), on a log colour scale
-  with each head's gate printed (paper Fig. 7), from a model and an image.
+  with each head's gate printed (paper Fig. 7), from a model and an image; given the heads' target
+  offsets, each panel says its weight on the target and marks a peak that misses it.
 - `render_run_analysis(run_dir, model=None)`: all of the above that the run allows, into run_dir/analysis/.
 
 Figures are drawn with matplotlib's object API (`Figure` + Agg), so nothing touches pyplot's global
@@ -137,9 +138,30 @@ def plot_attention_maps(
     layers: Sequence[int] | None = None,
     query: tuple[int, int] | None = None,
     title: str | None = None,
+    offsets: Sequence[Sequence[tuple[int, int]]] | None = None,
 ) -> Path:
     """`attention_maps_figure` saved as a PNG at `path`."""
-    return _save(attention_maps_figure(model, images, layers, query, title), path)
+    return _save(attention_maps_figure(model, images, layers, query, title, offsets), path)
+
+
+def mark_target(ax, attn: torch.Tensor, query: tuple[int, int], layer: int, head: int, offsets) -> str:
+    """Outline the head's target patch (query + its offset) on its panel, put a red x on the peak when
+    the peak is elsewhere, and return the title line saying so ('' without an offset): a convolution tap
+    puts its weight on the target at every query, and an average over queries can hide where it does not."""
+    if offsets is None or layer >= len(offsets) or head >= len(offsets[layer]):
+        return ""
+    offset, (rows, cols) = offsets[layer][head], attn.shape
+    target = (query[0] + offset[0], query[1] + offset[1])
+    if not (0 <= target[0] < rows and 0 <= target[1] < cols):
+        return f"\ntarget {tuple(offset)} off the grid here"
+    ax.add_patch(Rectangle((target[1] - 0.5, target[0] - 0.5), 1, 1, fill=False, edgecolor="white",
+                           linestyle="--", linewidth=1.2))  # fmt: skip
+    peak = divmod(int(attn.argmax()), cols)
+    line = f"\ntarget {tuple(offset)}: {float(attn[target]):.2f}"
+    if peak != target:
+        ax.plot(peak[1], peak[0], marker="x", color="red", markersize=9, markeredgewidth=2)
+        line += ", peak off (x)"
+    return line
 
 
 def figure_pixels(fig: Figure) -> np.ndarray:
@@ -156,6 +178,7 @@ def attention_maps_figure(
     layers: Sequence[int] | None = None,
     query: tuple[int, int] | None = None,
     title: str | None = None,
+    offsets: Sequence[Sequence[tuple[int, int]]] | None = None,
 ) -> Figure:
     """Attention of one query patch (row, col; default the centre) over the patch grid, per head.
 
@@ -163,7 +186,9 @@ def attention_maps_figure(
     head, log colour scale with its colour bar, the query outlined in red and each GPSA head's gate in its
     title; `title` (the model, the moment) heads the figure, above which layers are shown and why. Uses
     the first image of `images` (already normalised, shape (B, C, H, W)). For layers with a class token,
-    the patch-to-patch attention is shown, renormalised over patches (see locality).
+    the patch-to-patch attention is shown, renormalised over patches (see locality). `offsets` (per
+    layer, per head (dy, dx), e.g. an impulse init report's): each panel's weight on its target and a
+    peak off target (`mark_target`).
     """
     maps = attention_maps(model, images[:1])  # convinit's recorded maps, or a timm / transformers ViT's
     names = list(maps)
@@ -184,8 +209,7 @@ def attention_maps_figure(
         attn = attn[:, row * cols + col].reshape(-1, rows, cols).cpu()  # (H, rows, cols)
         norm = LogNorm(vmin=max(float(attn.min()), 1e-6), vmax=max(float(attn.max()), 2e-6))
         for head, ax in enumerate(ax_row):
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set_xticks([]), ax.set_yticks([])
             if head >= attn.shape[0]:
                 ax.set_visible(False)
                 continue
@@ -194,7 +218,7 @@ def attention_maps_figure(
             label = f"layer {layer}, head {head}"
             if layer in gates:
                 label += f"\ngate {float(gates[layer][head]):.2f} (positional)"
-            ax.set_title(label, fontsize=8)
+            ax.set_title(label + mark_target(ax, attn[head], (row, col), layer, head, offsets), fontsize=8)
         fig.colorbar(image, ax=list(ax_row), shrink=0.8, label="attention weight")
     where = f"attention of the query patch (row {row}, col {col}, red square) over the {rows}x{cols} patches"
     which = f"layers {', '.join(map(str, layers))} of 0-{len(names) - 1} ({rule})"

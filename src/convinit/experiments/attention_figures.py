@@ -82,6 +82,7 @@ def draw_attention(
 ) -> list[Path]:
     """The figures of `attention_figures` for a rebuilt run, as out/<stem>-init.png and -trained.png
     (stem: the label's slug); `label` heads each figure."""
+    from convinit.analysis.init_quality import report_offsets
     from convinit.analysis.plots import plot_attention_maps
 
     if not has_attention(run.model):
@@ -89,14 +90,24 @@ def draw_attention(
     title = f"{label} ({describe(run)})"
     stem = stem or slug(label)
     init = out / f"{stem}-init.png"
-    paths = [plot_attention_maps(run.model, run.image, init, layers=layers, title=f"{title}, step 0")]
+    offsets = report_offsets(run.init_report)  # impulse: each head's target, marked on its panel
+    paths = [
+        plot_attention_maps(
+            run.model, run.image, init, layers=layers, title=f"{title}, step 0", offsets=offsets
+        )
+    ]
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None:
         load_weights(run.model, checkpoint)
         trained = out / f"{stem}-trained.png"
         paths.append(
             plot_attention_maps(
-                run.model, run.image, trained, layers=layers, title=f"{title}, checkpoint {checkpoint.name}"
+                run.model,
+                run.image,
+                trained,
+                layers=layers,
+                title=f"{title}, checkpoint {checkpoint.name}",
+                offsets=offsets,
             )
         )
     return paths

@@ -11,6 +11,7 @@ from convinit.init.filters import (
     Grid,
     Offset,
     centre_first_offsets,
+    grid_coords,
     impulse_conv_matrix,
     random_offsets,
     target_keys,
@@ -43,6 +44,22 @@ class Targets:
         keys, inside = zip(*(target_keys(o, grid) for o in offsets), strict=True)
         maps = torch.stack([impulse_conv_matrix(o, grid) for o in offsets])
         return cls(offsets, maps, torch.stack(keys), torch.stack(inside))
+
+    def bump(self, width: float, grid: Grid) -> Targets:
+        """The same heads with smooth target logits exp(-|key - (query + offset)|^2 / (2 width^2)).
+
+        A one-hot T projected onto the few position directions a fit keeps (7 of 64 on the 8x8 sin-cos
+        grid with content) spreads, and at some queries its peak lands a patch off; a bump one or two
+        patches wide is mostly made of the low frequencies those directions carry, so its peak stays on
+        the target (docs/method.md §7).
+        """
+        coords = grid_coords(grid).double()  # (N, 2)
+        maps = []
+        for offset in self.offsets:
+            wanted = coords + torch.tensor(offset, dtype=torch.float64)  # (N, 2) per query
+            squared = (coords[None] - wanted[:, None]).pow(2).sum(-1)  # (N, N)
+            maps.append(torch.exp(-squared / (2 * width**2)))
+        return Targets(self.offsets, torch.stack(maps).to(self.maps.dtype), self.keys, self.inside)
 
     def select(self, heads: list[int]) -> Targets:
         """The targets of some heads only."""

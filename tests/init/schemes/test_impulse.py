@@ -140,6 +140,8 @@ def test_value_init_mimetic_also_sets_the_value_path():
         (dict(offsets="spiral"), "impulse offsets must be one of random, centre_first"),
         (dict(pseudo_input="X"), "pseudo_input must be 'P' or 'LN\\(P\\)'"),
         (dict(target_mass=1.5), "target_mass must be in \\(0, 1\\)"),
+        (dict(target_shape="ring"), "impulse target_shape must be one of best, impulse, bump"),
+        (dict(bump_width=0), "impulse bump_width must be > 0"),
         (dict(kernel_size=4), "kernel_size must be an odd"),
         (dict(step=10), "impulse init takes no option step"),
     ],

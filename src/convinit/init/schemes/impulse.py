@@ -67,7 +67,7 @@ from convinit.init.paper_optimizer import optimize_factors
 from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, prepare_positions
 from convinit.init.registry import register_scheme
 from convinit.init.schemes.mimetic import mimetic_value_proj
-from convinit.init.targets import Targets, layer_offsets, map_quality, smallest_gap
+from convinit.init.targets import Targets, layer_offsets, map_quality, row_figures, smallest_gap
 from convinit.models.vit import SimpleViT
 
 REST_STD = 0.02  # noise on the Q/K columns a closed form leaves unused (exact zeros never train)
@@ -77,6 +77,7 @@ HELD_OUT = 0.25  # share of the image batch held apart from the fit and measured
 SOLVERS = ("closed_form", "optimize")
 OFFSET_MODES = ("random", "centre_first")
 PSEUDO_INPUTS = ("P", "LN(P)")
+TARGET_SHAPES = ("best", "impulse", "bump")  # best: per head, whichever of the two has the better worst row
 
 __all__ = ["Targets", "impulse_init", "layer_offsets", "map_quality", "optimize_factors"]
 
@@ -92,6 +93,8 @@ class ImpulseOptions:
     pseudo_input: str | None = None
     logit_gap: float | None = None
     target_mass: float = 0.8
+    target_shape: str = "best"
+    bump_width: float = 1.5
     max_gap: float = 1e4
     min_snr: float = 1.0
     content_floor: float = 0.03
@@ -113,6 +116,7 @@ class ImpulseOptions:
             "offsets": OFFSET_MODES,
             "value_init": ("default", "mimetic"),
             "learned_pos_embed": POSITION_MODES,
+            "target_shape": TARGET_SHAPES,
         }
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
@@ -126,7 +130,7 @@ class ImpulseOptions:
             )
         if not 0.0 < self.target_mass < 1.0:
             raise ConfigError(f"impulse target_mass must be in (0, 1), got {self.target_mass!r}")
-        for key in ("max_gap", "rcond", "lr", "scale", "pos_embed_scale"):
+        for key in ("max_gap", "rcond", "lr", "scale", "pos_embed_scale", "bump_width"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"impulse {key} must be > 0, got {getattr(self, key)!r}")
         for key in ("min_snr", "content_floor"):
@@ -284,7 +288,7 @@ def init_layer(
     slot: AttentionSlot, targets: Targets, opts: ImpulseOptions, cache: FitCache, generator, real
 ) -> dict[str, Any]:
     """Fit one layer (and its V/proj when value_init is mimetic); its report entry."""
-    gaps = fit_slot(slot, targets, opts, cache, generator, real)
+    gaps, shapes = fit_slot(slot, targets, opts, cache, generator, real)
     weight_scale = sum(rms(p) for p in qk_parameters(slot)) / 2 / slot.default_rms
     if opts.value_init == "mimetic":
         mimetic_value_proj(slot, generator=generator)
@@ -294,6 +298,7 @@ def init_layer(
             "head": h,
             "offset": list(targets.offsets[h]),
             "logit_gap": None if gaps is None else float(gaps[h]),
+            **({} if shapes is None else {"target_shape": shapes[h]}),
             **{key: values[h] for key, values in quality.items()},
         }
         for h in range(slot.heads)
@@ -361,33 +366,62 @@ def fit_inputs(slot: AttentionSlot, opts: ImpulseOptions, cache: FitCache, real)
 
 def fit_slot(
     slot: AttentionSlot, targets: Targets, opts: ImpulseOptions, cache: FitCache, generator, real
-) -> torch.Tensor | None:
-    """Fit one layer and write its Q/K; returns the per-head logit gaps (closed form) or None."""
+) -> tuple[torch.Tensor | None, list[str] | None]:
+    """Fit one layer and write its Q/K; returns the per-head logit gaps and target shapes (closed
+    form) or None, None."""
     if slot.free is not None:
-        return fit_free(slot, targets, opts, cache, generator)
+        return fit_free(slot, targets, opts, cache, generator), None
     if opts.solver == "optimize":
         x_fit = slot.inputs[opts.pseudo_input or slot.seen]
         wq, wk, _ = optimize_factors(x_fit, targets, slot.dim_head, opts.scale, opts.steps, opts.lr,
                                      opts.renorm_every, generator)  # fmt: skip
         factor = optimize_rescale(slot, opts)
         write_qk(slot, wq * factor, wk * factor)
-        return None
+        return None, None
     basis, x, key = fit_inputs(slot, opts, cache, real)
-    wq, wk, rank = closed_form_factors(basis, targets, slot.dim_head, slot.scale, opts.noise, generator)
-
-    def unit_logits(heads: list[int]) -> torch.Tensor:  # (..., h, N, N) logits at gap 1
-        q = (x[..., None, :, :] @ wq[heads]) * slot.scale
-        return q @ (x[..., None, :, :] @ wk[heads]).transpose(-2, -1)
-
-    if slot.qk_norms:
+    if slot.qk_norms:  # one gain per layer: the one-hot target alone
+        wq, wk, rank = closed_form_factors(basis, targets, slot.dim_head, slot.scale, opts.noise, generator)
         gaps = fit_qk_norm_gain(slot, x, fill_unused(wq, wk, rank, generator), targets, opts)
         write_qk(slot, wq, wk)
-        return gaps
-    gaps = layer_gaps(unit_logits, targets, opts, cache, key)
+        return gaps, ["impulse"] * slot.heads
+    wq, wk, rank, gaps, shapes = shaped_fit(slot, basis, x, targets, opts, cache, key, generator)
     root = gaps.sqrt()[:, None, None]
     wq, wk = fill_unused(wq * root, wk * root, rank, generator)
     write_qk(slot, wq, wk)
-    return gaps
+    return gaps, shapes
+
+
+def unit_logits_of(x: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, scale: float):
+    """heads -> those heads' (..., h, N, N) logits at gap 1 on x (..., N, D)."""
+
+    def unit_logits(heads: list[int]) -> torch.Tensor:
+        q = (x[..., None, :, :] @ wq[heads]) * scale
+        return q @ (x[..., None, :, :] @ wk[heads]).transpose(-2, -1)
+
+    return unit_logits
+
+
+def shaped_fit(
+    slot: AttentionSlot, basis, x: torch.Tensor, targets: Targets, opts: ImpulseOptions, cache, key, generator
+) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, list[str]]:
+    """Closed-form factors aimed at the one-hot T, at a smooth bump around the target, or (best) per
+    head at whichever puts more on the target at its worst in-grid row, both at the gap that reaches
+    `target_mass` (docs/method.md §7): (Wq, Wk at gap 1, rank, gaps, shape per head)."""
+    shapes = TARGET_SHAPES[1:] if opts.target_shape == "best" else (opts.target_shape,)
+    heads = list(range(slot.heads))
+    fits, worst = [], []
+    for shape in shapes:
+        aimed = targets if shape == "impulse" else targets.bump(opts.bump_width, slot.grid)
+        wq, wk, rank = closed_form_factors(basis, aimed, slot.dim_head, slot.scale, opts.noise, generator)
+        unit = unit_logits_of(x, wq, wk, slot.scale)
+        gaps = layer_gaps(unit, targets, opts, cache, None if key is None else (*key, shape, opts.bump_width))
+        fits.append((wq, wk, gaps))
+        if len(shapes) > 1:
+            maps = torch.softmax(gaps[:, None, None].to(x) * unit(heads), dim=-1)  # (..., H, N, N)
+            worst.append(row_figures(maps, targets.keys, targets.inside)["worst_row_mass"])
+    pick = torch.tensor(worst).argmax(0).tolist() if worst else [0] * slot.heads  # ties: the one-hot T
+    wq, wk, gaps = (torch.stack([fits[pick[h]][i][h] for h in heads]) for i in range(3))
+    return wq, wk, rank, gaps, [shapes[pick[h]] for h in heads]
 
 
 def fill_unused(
