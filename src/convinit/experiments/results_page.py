@@ -26,9 +26,8 @@ from typing import Any
 from convinit.config import read_yaml
 from convinit.errors import ConfigError
 from convinit.experiments.grid import expand
-from convinit.experiments.paired import PairedDifference
+from convinit.experiments.paired import PairedDifference, paired_difference
 from convinit.experiments.report import RunRecord, find_runs, read_json
-from convinit.runs.atomic import atomic_write_text
 
 CLAIMS_FILE = "claims.yaml"
 MIN_SEEDS = 3  # the fewest paired seeds a verdict is drawn from
@@ -154,8 +153,7 @@ def judge(claim: Claim, records: list[RunRecord]) -> Outcome:
     reference = seed_values(records, claim.reference, claim.metric) if claim.reference else {}
     if claim.reference is None:  # a figure judged against 0 (e.g. a gate spread)
         reference = {seed: 0.0 for seed in values}
-    seeds = tuple(sorted(set(values) & set(reference)))
-    difference = PairedDifference(seeds, tuple(values[s] - reference[s] for s in seeds)) if seeds else None
+    difference = paired_difference(values, reference)
     return Outcome(values, reference, difference, verdict(claim, difference))
 
 
@@ -316,8 +314,3 @@ seeds. "convinit" is the final-epoch test accuracy (never the best epoch), mean 
 paired difference is the row minus its reference on the same seeds, with its 95 % t interval. The GPU-scale
 settings of every experiment stay as its `--scale full` preset; the papers' numbers come from those.
 """
-
-
-def write_page(results: Path, out: Path) -> Path:
-    atomic_write_text(out, render(results))
-    return out
