@@ -160,6 +160,8 @@ def prepare_model(plan: RunPlan, data: DataSource, run_dir: Path, fresh: bool, i
     writes `init_report.json`."""
     cfg = plan.cfg
     model = plan.model_for(DataShape(data.num_classes, data.in_chans, data.img_size)).build()
+    if cfg.channels_last:  # the input batches' layout, which the 4-D (conv) weights follow from the init on
+        model.to(memory_format=plan.layout)
     if fresh:  # a new run, or one killed before its first intact checkpoint: start over
         report = initialize_model(cfg, model, init_images(data))
         model.init_report = report
@@ -229,9 +231,7 @@ def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: 
         refuse_if_all_damaged(run_dir)
     if ddp.is_main and (checkpoint is None or read_data_record(run_dir) is None):
         write_data_record(run_dir, data, cfg)  # what export and predict use: the run's own input
-    model = prepare_model(plan, data, run_dir, checkpoint is None, ddp.is_main).to(device)
-    if cfg.channels_last:  # the input batches' layout; the model's 4-D (conv) weights follow it
-        model.to(memory_format=plan.layout)
+    model = prepare_model(plan, data, run_dir, checkpoint is None, ddp.is_main).to(device)  # keeps the layout
     parts = step_parts(plan, data, model, ddp)
     track_images = data.test_batch(TRACK_BATCH, device)
     check_forward(plan, model, track_images[:2], data.num_classes)
