@@ -51,7 +51,10 @@ def claim_line(page: str) -> str:
         ([80, 81, 82], "higher", "holds"),
         ([60, 61, 62], "higher", "does not hold"),
         ([70.5, 69.5, 71.0], "higher", "within noise"),
-        ([70.5, 69.5, 71.0], "similar", "holds (no difference found)"),
+        ([70.5, 69.5, 71.0], "similar", "holds (within +-2)"),
+        ([70.9, 71.2, 71.3], "similar", "holds (within +-2)"),  # differs from 0, but by less than the margin
+        ([80, 81, 82], "similar", "does not hold"),
+        ([60, 80, 72], "similar", "within noise (interval wider than +-2)"),  # holds 0: no evidence
         ([60, 61, 62], "lower", "holds"),
     ],
 )

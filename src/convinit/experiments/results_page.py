@@ -10,8 +10,11 @@ figure on it is typed by hand.
 Per claim: the row's figure over its seeds (mean +- std), the paired per-seed difference against the
 reference with its 95 % t interval (`convinit.experiments.paired`), and a verdict from that interval:
 `holds` (it excludes 0 on the paper's side), `does not hold` (it excludes 0 on the other side), `within
-noise` (it contains 0); a claim of no difference holds when the interval contains 0. Fewer than three
-paired seeds give no verdict; rows not yet run say so with the command that runs them.
+noise` (it contains 0). A claim of no difference ("about as good") is an equivalence claim: it holds when
+the whole interval lies within +-margin of 0 (the claim's `margin`, 2 points unless it says), does not hold
+when the interval excludes 0 and leaves that band, and is within noise when the interval holds 0 but is
+too wide to show equivalence (a wide interval is not evidence of no difference). Fewer than three paired
+seeds give no verdict; rows not yet run say so with the command that runs them.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ GRID_HEADER = (
     "| end: target mass |\n| --- | ---: | --- | --- | --- |"
 )
 DIRECTIONS = ("higher", "lower", "similar")
+EQUIVALENCE_MARGIN = 2.0  # points: "about as good" means the paired interval lies within +-2 of 0
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Claim:
     reference: str | None = None
     expect: str = "higher"
     metric: str = "final_acc"
+    margin: float = EQUIVALENCE_MARGIN  # for expect: similar, the band the interval must lie in
     cpu: str | None = None  # why it cannot be measured on a CPU, when it cannot
 
     def command(self) -> str:
@@ -166,10 +171,19 @@ def verdict(claim: Claim, difference: PairedDifference | None) -> str:
         return f"no verdict yet ({len(difference.seeds)} of {MIN_SEEDS} seeds run)"
     low, high = difference.interval
     if claim.expect == "similar":
-        return "holds (no difference found)" if low <= 0 <= high else "does not hold"
+        return similar_verdict(low, high, claim.margin)
     if low <= 0 <= high:
         return "within noise"
     return "holds" if (low > 0) == (claim.expect == "higher") else "does not hold"
+
+
+def similar_verdict(low: float, high: float, margin: float) -> str:
+    """An equivalence test: the interval must lie inside +-margin, not merely contain 0."""
+    if -margin <= low and high <= margin:
+        return f"holds (within +-{margin:g})"
+    if low > 0 or high < 0:
+        return "does not hold"
+    return f"within noise (interval wider than +-{margin:g})"
 
 
 def mean_std(values: dict[int, float]) -> str:
@@ -251,7 +265,7 @@ def render(results: Path) -> str:
         if claim.experiment and claim.experiment not in runs:
             folder = results / claim.experiment
             runs[claim.experiment] = find_runs(folder) if folder.is_dir() else []
-    parts = [INTRO]
+    parts = [INTRO, *summary(claims, runs)]
     for section in dict.fromkeys(c.section for c in claims):
         chosen = [c for c in claims if c.section == section]
         parts += [
@@ -264,6 +278,34 @@ def render(results: Path) -> str:
         parts += ["", "Made by:", "", "```bash", *dict.fromkeys(commands), "```", ""] if commands else [""]
     parts += grid_tables(runs)
     return "\n".join(parts).rstrip() + "\n"
+
+
+VERDICT_KINDS = ("holds", "does not hold", "within noise", "not measurable", "no verdict", "not yet run")
+
+
+def summary(claims: list[Claim], runs: dict[str, list[RunRecord]]) -> list[str]:
+    """One line per section: how many claims fall under each verdict, so the page opens on the answer."""
+    lines = [
+        "## Summary",
+        "",
+        "| section | claims | " + " | ".join(VERDICT_KINDS) + " |",
+        "| --- | ---: | " + " | ".join("---:" for _ in VERDICT_KINDS) + " |",
+    ]
+    totals = dict.fromkeys(VERDICT_KINDS, 0)
+    for section in dict.fromkeys(c.section for c in claims):
+        chosen = [c for c in claims if c.section == section]
+        counts = dict.fromkeys(VERDICT_KINDS, 0)
+        for claim in chosen:
+            said = judge(claim, runs.get(claim.experiment or "", [])).verdict
+            counts[next(kind for kind in VERDICT_KINDS if said.startswith(kind))] += 1
+        totals = {kind: totals[kind] + counts[kind] for kind in VERDICT_KINDS}
+        lines.append(count_line(section, len(chosen), counts))
+    lines.append(count_line("all", len(claims), totals))
+    return [*lines, ""]
+
+
+def count_line(name: str, claims: int, counts: dict[str, int]) -> str:
+    return f"| {name} | {claims} | " + " | ".join(str(counts[kind]) for kind in VERDICT_KINDS) + " |"
 
 
 def grid_tables(runs: dict[str, list[RunRecord]]) -> list[str]:
@@ -302,7 +344,7 @@ def init_figures(records: list[RunRecord], label: str) -> str:
     return f"{mass:.2f}{rows}"
 
 
-INTRO = """# Results: both papers, claim by claim, at CPU scale
+INTRO = f"""# Results: both papers, claim by claim, at CPU scale
 
 This page is generated by `convinit results` from the runs kept under `results/` (config, provenance,
 metrics and init report of every run; no checkpoints) and the claims listed in `results/claims.yaml`.
@@ -313,4 +355,10 @@ Fashion-MNIST: 1,000 training images, 100 per class, and all 10,000 test images)
 seeds. "convinit" is the final-epoch test accuracy (never the best epoch), mean +- std over seeds; the
 paired difference is the row minus its reference on the same seeds, with its 95 % t interval. The GPU-scale
 settings of every experiment stay as its `--scale full` preset; the papers' numbers come from those.
+
+Verdicts come from the paired interval: **holds** when it excludes 0 on the paper's side, **does not
+hold** when it excludes 0 on the other side, **within noise** when it contains 0. A claim that two rows
+are about as good is an equivalence claim: it holds only when the whole interval lies within
++-{EQUIVALENCE_MARGIN:g} points (or the margin the claim gives); a wide interval that contains 0 is
+within noise, not a confirmation.
 """
