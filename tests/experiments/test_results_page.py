@@ -119,3 +119,13 @@ def test_a_tracked_change_is_the_end_minus_step_0_and_needs_the_step_0_row(tmp_p
     claims(tmp_path, row="random", expect="lower", metric="tracked_change:init_quality/target_mass")
     line = claim_line(render(tmp_path))
     assert "**holds**" in line and "-0.49" in line
+
+
+def test_every_grid_row_shows_whether_it_fitted_its_training_set(tmp_path):
+    for seed in range(3):
+        fake_run(tmp_path, "random", seed, [50, 70], extra={"train_acc": 88.0 + seed})
+    claims(tmp_path, row="random", metric="final_train_acc")
+    page = render(tmp_path)
+    grid_row = next(line for line in page.splitlines() if line.startswith("| random |"))
+    assert "| 89.0 |" in grid_row  # the mean over seeds of the last epoch's training accuracy
+    assert "random: 89.00 +- 1.00 (3 seeds)" in claim_line(page)  # also a metric a claim can be judged on
