@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,20 @@ def test_every_grid_row_shows_whether_it_fitted_its_training_set(tmp_path):
     grid_row = next(line for line in page.splitlines() if line.startswith("| random |"))
     assert "| 89.0 |" in grid_row  # the mean over seeds of the last epoch's training accuracy
     assert "random: 89.00 +- 1.00 (3 seeds)" in claim_line(page)  # also a metric a claim can be judged on
+
+
+def test_the_users_vit_table_of_own_models_md_is_the_kept_runs():
+    """docs/own-models.md repeats the users-vit rows for its readers; they must be the runs under results/."""
+    from convinit.experiments.report import find_runs
+    from convinit.experiments.results_page import seed_values
+
+    records = find_runs(REPO / "results" / "users-vit")
+    text = (REPO / "docs" / "own-models.md").read_text()
+    table = text[text.index("| init | final test accuracy (%) | per seed |") :].split("\n\n")[0]
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    assert len(rows) == len({r.label for r in records}) == 4
+    for label, mean_std, per_seed in rows:
+        values = seed_values(records, label.removeprefix("| "), "final_acc")
+        numbers = [values[seed] for seed in sorted(values)]
+        assert mean_std == f"{statistics.fmean(numbers):.2f} +- {statistics.stdev(numbers):.2f}", label
+        assert per_seed.removesuffix(" |") == ", ".join(f"{n:.2f}" for n in numbers), label
