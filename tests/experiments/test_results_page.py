@@ -147,3 +147,11 @@ def test_the_users_vit_table_of_own_models_md_is_the_kept_runs():
         numbers = [values[seed] for seed in sorted(values)]
         assert mean_std == f"{statistics.fmean(numbers):.2f} +- {statistics.stdev(numbers):.2f}", label
         assert per_seed.removesuffix(" |") == ", ".join(f"{n:.2f}" for n in numbers), label
+
+
+def test_a_claims_note_is_shown_under_its_sections_table(tmp_path):
+    claims(tmp_path, row="impulse", reference="random", note="Random has not fitted its training set.")
+    page = render(tmp_path)
+    table_end = page.index(claim_line(page)) + len(claim_line(page))
+    assert page.index("- Random has not fitted its training set.") > table_end
+    assert page.index("- Random has not fitted its training set.") < page.index("Made by:")

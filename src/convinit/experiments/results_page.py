@@ -37,7 +37,7 @@ MIN_SEEDS = 3  # the fewest paired seeds a verdict is drawn from
 END_MASS = "init_quality/target_mass"  # track=[init_quality]: the bias left at the end
 GRID_HEADER = (
     "| row | final test accuracy (%) | per seed | final train accuracy (%) "
-    "| start: held-apart mass / worst row / rows on target | end: target mass |\n"
+    "| start: held-apart mass / worst row (min) / rows on target | end: target mass |\n"
     "| --- | ---: | --- | ---: | --- | --- |"
 )
 DIRECTIONS = ("higher", "lower", "similar")
@@ -58,6 +58,7 @@ class Claim:
     metric: str = "final_acc"
     margin: float = EQUIVALENCE_MARGIN  # for expect: similar, the band the interval must lie in
     cpu: str | None = None  # why it cannot be measured on a CPU, when it cannot
+    note: str | None = None  # what a reader must know to read the row (shown under its section's table)
 
     def command(self) -> str:
         if self.experiment is None:
@@ -278,6 +279,8 @@ def render(results: Path) -> str:
             HEADER,
             *(claim_row(c, runs.get(c.experiment or "", [])) for c in chosen),
         ]
+        notes = [c.note for c in chosen if c.note]
+        parts += ["", "Notes:", "", *(f"- {note}" for note in dict.fromkeys(notes))] if notes else []
         commands = [c.command() for c in chosen if c.experiment]
         parts += ["", "Made by:", "", "```bash", *dict.fromkeys(commands), "```", ""] if commands else [""]
     parts += grid_tables(runs)
@@ -316,8 +319,9 @@ GRID_NOTE = (
     "Final train accuracy is the last epoch's running accuracy over the training batches as trained "
     "(augmented where the run augments): a row well below 100 did not fit its training set in its budget. "
     "The start figures are the init report's, on held-apart real training images at the run's own settings: "
-    "the mean attention mass on each head's target, the worst query row's mass, and the share of rows whose "
-    "peak is the target. The end figure is the tracker's target mass after the last epoch."
+    "the mean attention mass on each head's target; each head's worst query row's mass, averaged over heads "
+    "(in brackets: the lowest of any head); and the share of rows whose peak is the target. The end figure "
+    "is the tracker's target mass after the last epoch."
 )
 
 
@@ -354,10 +358,13 @@ def init_figures(records: list[RunRecord], label: str) -> str:
     if not found:
         return "-"
     mass = statistics.fmean(h["mean_mass"] for h in found)
-    worst = [h["min_worst_row_mass"] for h in found if isinstance(h.get("min_worst_row_mass"), int | float)]
-    share = [h["mean_rows_on_target"] for h in found if isinstance(h.get("mean_rows_on_target"), int | float)]
-    rows = f" / {min(worst):.2f} / {statistics.fmean(share):.2f}" if worst and share else " / - / -"
-    return f"{mass:.2f}{rows}"
+    worst, typical, share = (
+        [h[key] for h in found if isinstance(h.get(key), int | float)]
+        for key in ("min_worst_row_mass", "mean_worst_row_mass", "mean_rows_on_target")
+    )
+    if not (worst and typical and share):
+        return f"{mass:.2f} / - / -"
+    return f"{mass:.2f} / {statistics.fmean(typical):.2f} ({min(worst):.2f}) / {statistics.fmean(share):.2f}"
 
 
 INTRO = f"""# Results: both papers, claim by claim, at CPU scale
