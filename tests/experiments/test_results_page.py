@@ -155,3 +155,20 @@ def test_a_claims_note_is_shown_under_its_sections_table(tmp_path):
     table_end = page.index(claim_line(page)) + len(claim_line(page))
     assert page.index("- Random has not fitted its training set.") > table_end
     assert page.index("- Random has not fitted its training set.") < page.index("Made by:")
+
+
+def test_a_claim_with_overrides_reads_its_own_folder_and_states_them_in_setting_and_command(tmp_path):
+    for seed in range(3):
+        fake_run(tmp_path, "random", seed, [50, 70 + seed])  # the grid as shipped, in results/users-vit
+    claims(tmp_path, row="random", overrides={"epochs": 3}, folder="users-vit-3-epochs")
+    line = claim_line(render(tmp_path))
+    assert "users-vit with epochs=3:" in line and ", 3 epochs |" in line
+    assert "**not yet run**" in line  # the shipped grid's runs are not the changed grid's
+    command = "convinit reproduce users-vit --scale small --out results/users-vit-3-epochs threads=1 epochs=3"
+    assert command in render(tmp_path)
+
+
+def test_a_claim_with_overrides_but_no_folder_is_refused_in_one_line(tmp_path):
+    claims(tmp_path, row="random", overrides={"epochs": 3})
+    with pytest.raises(ConfigError, match="overrides but no folder"):
+        render(tmp_path)

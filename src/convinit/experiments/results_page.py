@@ -28,7 +28,7 @@ from typing import Any
 
 from convinit.config import read_yaml
 from convinit.errors import ConfigError
-from convinit.experiments.grid import expand
+from convinit.experiments.grid import expand, flatten
 from convinit.experiments.paired import PairedDifference, paired_difference
 from convinit.experiments.report import RunRecord, find_runs, read_json
 
@@ -59,11 +59,21 @@ class Claim:
     margin: float = EQUIVALENCE_MARGIN  # for expect: similar, the band the interval must lie in
     cpu: str | None = None  # why it cannot be measured on a CPU, when it cannot
     note: str | None = None  # what a reader must know to read the row (shown under its section's table)
+    overrides: dict[str, Any] | None = None  # the grid run with these keys changed (e.g. {epochs: 100}) ...
+    folder: str | None = None  # ... into results/<folder> (needed with overrides); else results/<experiment>
+
+    @property
+    def runs_folder(self) -> str:
+        return self.folder or self.experiment or ""
+
+    def overrides_text(self) -> str:
+        return " ".join(f"{key}={value}" for key, value in (self.overrides or {}).items())
 
     def command(self) -> str:
         if self.experiment is None:
             return ""
-        return f"convinit reproduce {self.experiment} --scale small --out results/{self.experiment} threads=1"
+        out = f"--scale small --out results/{self.runs_folder} threads=1"
+        return f"convinit reproduce {self.experiment} {out} {self.overrides_text()}".rstrip()
 
 
 def load_claims(results: Path) -> list[Claim]:
@@ -86,6 +96,8 @@ def load_claims(results: Path) -> list[Claim]:
         claim = Claim(**entry)
         if claim.expect not in DIRECTIONS:
             raise ConfigError(f"{path}: claim {index + 1} expects {claim.expect!r}; use one of {DIRECTIONS}")
+        if claim.overrides and not claim.folder:
+            raise ConfigError(f"{path}: claim {index + 1} has overrides but no folder: add one")
         claims.append(claim)
     return claims
 
@@ -200,10 +212,10 @@ def mean_std(values: dict[int, float]) -> str:
     return f"{statistics.fmean(numbers):.2f} +- {statistics.stdev(numbers):.2f} ({len(numbers)} seeds)"
 
 
-def setting(experiment: str, label: str | None, records: list[RunRecord]) -> str:
+def setting(claim: Claim, label: str | None, records: list[RunRecord]) -> str:
     """'digits, 1,000 train / 797 test images, simplevit (dim 64, depth 4), 20 epochs': the row's
     config as the grid states it (so a row not yet run shows it too), image counts from a finished run."""
-    configs = row_configs(experiment)
+    configs = row_configs(claim.experiment or "", tuple((claim.overrides or {}).items()))
     if label not in configs:
         return "-"
     config = configs[label]
@@ -218,9 +230,10 @@ def setting(experiment: str, label: str | None, records: list[RunRecord]) -> str
 
 
 @cache
-def row_configs(experiment: str) -> dict[str, dict[str, Any]]:
-    """{row label: config} of an experiment's small scale, from its preset."""
-    return {spec.label: spec.config.to_dict() for spec in expand(experiment, "small", seeds=[0])}
+def row_configs(experiment: str, overrides: tuple[tuple[str, Any], ...] = ()) -> dict[str, dict[str, Any]]:
+    """{row label: config} of an experiment's small scale, from its preset, with a claim's overrides."""
+    specs = expand(experiment, "small", seeds=[0], extra_overrides=flatten(dict(overrides)))
+    return {spec.label: spec.config.to_dict() for spec in specs}
 
 
 def train_size(config: dict[str, Any]) -> str:
@@ -241,13 +254,18 @@ def model_words(config: dict[str, Any]) -> str:
 SIZE_KEYS = ("dim", "embed_dim", "depth", "heads", "num_heads", "patch_size", "qk_input", "alpha")
 
 
+def grid_words(claim: Claim) -> str:
+    """'paper1-table2', or 'paper1-table2 with epochs=100' for a claim that changes the grid."""
+    return f"{claim.experiment} with {claim.overrides_text()}" if claim.overrides else str(claim.experiment)
+
+
 def claim_row(claim: Claim, records: list[RunRecord]) -> str:
     outcome = judge(claim, records)
     difference = "-" if outcome.difference is None else outcome.difference.describe()
     cells = [
         claim.claim,
         claim.paper,
-        f"{claim.experiment}: {setting(claim.experiment, claim.row, records)}" if claim.experiment else "-",
+        f"{grid_words(claim)}: {setting(claim, claim.row, records)}" if claim.experiment else "-",
         f"{claim.row or '-'}: {mean_std(outcome.values)}",
         f"{claim.reference}: {mean_std(outcome.reference)}" if claim.reference else "0",
         difference,
@@ -267,9 +285,9 @@ def render(results: Path) -> str:
     claims = load_claims(results)
     runs: dict[str, list[RunRecord]] = {}
     for claim in claims:
-        if claim.experiment and claim.experiment not in runs:
-            folder = results / claim.experiment
-            runs[claim.experiment] = find_runs(folder) if folder.is_dir() else []
+        if claim.experiment and claim.runs_folder not in runs:
+            folder = results / claim.runs_folder
+            runs[claim.runs_folder] = find_runs(folder) if folder.is_dir() else []
     parts = [INTRO, *summary(claims, runs)]
     for section in dict.fromkeys(c.section for c in claims):
         chosen = [c for c in claims if c.section == section]
@@ -277,13 +295,13 @@ def render(results: Path) -> str:
             f"## {section}",
             "",
             HEADER,
-            *(claim_row(c, runs.get(c.experiment or "", [])) for c in chosen),
+            *(claim_row(c, runs.get(c.runs_folder, [])) for c in chosen),
         ]
         notes = [c.note for c in chosen if c.note]
         parts += ["", "Notes:", "", *(f"- {note}" for note in dict.fromkeys(notes))] if notes else []
         commands = [c.command() for c in chosen if c.experiment]
         parts += ["", "Made by:", "", "```bash", *dict.fromkeys(commands), "```", ""] if commands else [""]
-    parts += grid_tables(runs)
+    parts += grid_tables(runs, {c.runs_folder: c.command() for c in reversed(claims) if c.experiment})
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -303,7 +321,7 @@ def summary(claims: list[Claim], runs: dict[str, list[RunRecord]]) -> list[str]:
         chosen = [c for c in claims if c.section == section]
         counts = dict.fromkeys(VERDICT_KINDS, 0)
         for claim in chosen:
-            said = judge(claim, runs.get(claim.experiment or "", [])).verdict
+            said = judge(claim, runs.get(claim.runs_folder, [])).verdict
             counts[next(kind for kind in VERDICT_KINDS if said.startswith(kind))] += 1
         totals = {kind: totals[kind] + counts[kind] for kind in VERDICT_KINDS}
         lines.append(count_line(section, len(chosen), counts))
@@ -325,13 +343,13 @@ GRID_NOTE = (
 )
 
 
-def grid_tables(runs: dict[str, list[RunRecord]]) -> list[str]:
-    """Every row of every grid with its seeds, and how convolutional its init started."""
+def grid_tables(runs: dict[str, list[RunRecord]], commands: dict[str, str]) -> list[str]:
+    """Every row of every grid (per results folder) with its seeds, and how convolutional its init started."""
     parts = ["## Every row of every grid", "", GRID_NOTE, ""]
-    for experiment, records in runs.items():
+    for folder, records in runs.items():
         if not records:
             continue
-        parts += [f"### {experiment}", "", GRID_HEADER]
+        parts += [f"### {folder}", "", GRID_HEADER]
         for label in dict.fromkeys(r.label for r in records):
             values = seed_values(records, label, "final_acc")
             per_seed = ", ".join(f"{values[s]:.2f}" for s in sorted(values))
@@ -343,8 +361,7 @@ def grid_tables(runs: dict[str, list[RunRecord]]) -> list[str]:
                 f"| {label} | {mean_std(values)} | {per_seed} | {fitted} "
                 f"| {init_figures(records, label)} | {end_mass} |"
             )
-        command = Claim("", "", "", experiment).command()
-        parts += ["", "```bash", command, "```", ""]
+        parts += ["", "```bash", commands[folder], "```", ""]
     return parts
 
 
