@@ -3,9 +3,10 @@
 The claim grids write their runs (config, provenance, metrics, init report; no checkpoints) under a
 results folder kept in the repository, one folder per experiment (`results/<experiment>/<row>/seed<n>`).
 `results/claims.yaml` lists the claims: the paper's statement and number, the experiment and row that
-test it, the reference row it is paired with and the direction the paper says. `convinit results` reads
-both and writes the page; a test checks that the page in the repository is what it writes, so no
-figure on it is typed by hand.
+test it, the reference row it is paired with and the direction the paper says (and, where a grid runs
+with keys changed, those keys and the folder its runs go to). `convinit results` reads both and writes
+the page; a test checks that the page in the repository is what it writes, so no figure on it is typed
+by hand.
 
 Per claim: the row's figure over its seeds (mean +- std), the paired per-seed difference against the
 reference with its 95 % t interval (`convinit.experiments.paired`), and a verdict from that interval:
