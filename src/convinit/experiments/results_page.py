@@ -213,14 +213,14 @@ def mean_std(values: dict[int, float]) -> str:
     return f"{statistics.fmean(numbers):.2f} +- {statistics.stdev(numbers):.2f} ({len(numbers)} seeds)"
 
 
-def setting(claim: Claim, label: str | None, records: list[RunRecord]) -> str:
+def setting(claim: Claim, records: list[RunRecord]) -> str:
     """'digits, 1,000 train / 797 test images, simplevit (dim 64, depth 4), 20 epochs': the row's
     config as the grid states it (so a row not yet run shows it too), image counts from a finished run."""
     configs = row_configs(claim.experiment or "", tuple((claim.overrides or {}).items()))
-    if label not in configs:
+    if claim.row not in configs:
         return "-"
-    config = configs[label]
-    found = [r for r in records if r.label == label]
+    config = configs[claim.row]
+    found = [r for r in records if r.label == claim.row]
     data = read_json(found[0].run_dir / "preprocessing.json") if found else {}
     train, test = data.get("train_images"), data.get("test_images")
     if isinstance(train, int) and isinstance(test, int):
@@ -260,13 +260,12 @@ def grid_words(claim: Claim) -> str:
     return f"{claim.experiment} with {claim.overrides_text()}" if claim.overrides else str(claim.experiment)
 
 
-def claim_row(claim: Claim, records: list[RunRecord]) -> str:
-    outcome = judge(claim, records)
+def claim_row(claim: Claim, outcome: Outcome, records: list[RunRecord]) -> str:
     difference = "-" if outcome.difference is None else outcome.difference.describe()
     cells = [
         claim.claim,
         claim.paper,
-        f"{grid_words(claim)}: {setting(claim, claim.row, records)}" if claim.experiment else "-",
+        f"{grid_words(claim)}: {setting(claim, records)}" if claim.experiment else "-",
         f"{claim.row or '-'}: {mean_std(outcome.values)}",
         f"{claim.reference}: {mean_std(outcome.reference)}" if claim.reference else "0",
         difference,
@@ -289,14 +288,17 @@ def render(results: Path) -> str:
         if claim.experiment and claim.runs_folder not in runs:
             folder = results / claim.runs_folder
             runs[claim.runs_folder] = find_runs(folder) if folder.is_dir() else []
-    parts = [INTRO, *summary(claims, runs)]
-    for section in dict.fromkeys(c.section for c in claims):
-        chosen = [c for c in claims if c.section == section]
+    sections: dict[str, list[tuple[Claim, Outcome]]] = {}  # each claim judged once, in the file's order
+    for claim in claims:
+        sections.setdefault(claim.section, []).append((claim, judge(claim, runs.get(claim.runs_folder, []))))
+    parts = [INTRO, *summary(sections)]
+    for section, pairs in sections.items():
+        chosen = [claim for claim, _ in pairs]
         parts += [
             f"## {section}",
             "",
             HEADER,
-            *(claim_row(c, runs.get(c.runs_folder, [])) for c in chosen),
+            *(claim_row(c, outcome, runs.get(c.runs_folder, [])) for c, outcome in pairs),
         ]
         notes = [c.note for c in chosen if c.note]
         parts += ["", "Notes:", "", *(f"- {note}" for note in dict.fromkeys(notes))] if notes else []
@@ -309,7 +311,7 @@ def render(results: Path) -> str:
 VERDICT_KINDS = ("holds", "does not hold", "within noise", "not measurable", "no verdict", "not yet run")
 
 
-def summary(claims: list[Claim], runs: dict[str, list[RunRecord]]) -> list[str]:
+def summary(sections: dict[str, list[tuple[Claim, Outcome]]]) -> list[str]:
     """One line per section: how many claims fall under each verdict, so the page opens on the answer."""
     lines = [
         "## Summary",
@@ -318,15 +320,13 @@ def summary(claims: list[Claim], runs: dict[str, list[RunRecord]]) -> list[str]:
         "| --- | ---: | " + " | ".join("---:" for _ in VERDICT_KINDS) + " |",
     ]
     totals = dict.fromkeys(VERDICT_KINDS, 0)
-    for section in dict.fromkeys(c.section for c in claims):
-        chosen = [c for c in claims if c.section == section]
+    for section, pairs in sections.items():
         counts = dict.fromkeys(VERDICT_KINDS, 0)
-        for claim in chosen:
-            said = judge(claim, runs.get(claim.runs_folder, [])).verdict
-            counts[next(kind for kind in VERDICT_KINDS if said.startswith(kind))] += 1
+        for _, outcome in pairs:
+            counts[next(kind for kind in VERDICT_KINDS if outcome.verdict.startswith(kind))] += 1
         totals = {kind: totals[kind] + counts[kind] for kind in VERDICT_KINDS}
-        lines.append(count_line(section, len(chosen), counts))
-    lines.append(count_line("all", len(claims), totals))
+        lines.append(count_line(section, len(pairs), counts))
+    lines.append(count_line("all", sum(len(pairs) for pairs in sections.values()), totals))
     return [*lines, ""]
 
 
