@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -13,7 +14,14 @@ from convinit.cli import main
 from convinit.config import save_config
 from convinit.errors import ConfigError
 from convinit.experiments.grid import expand
-from convinit.experiments.results_page import render
+from convinit.experiments.results_page import (
+    METRIC_NAMES,
+    METRICS,
+    find_metric,
+    load_claims,
+    metric_value,
+    render,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -172,3 +180,72 @@ def test_a_claim_with_overrides_but_no_folder_is_refused_in_one_line(tmp_path):
     claims(tmp_path, row="random", overrides={"epochs": 3})
     with pytest.raises(ConfigError, match="overrides but no folder"):
         render(tmp_path)
+
+
+def test_every_claim_metric_is_in_the_registry_and_the_claims_file_header_names_each():
+    """The header of results/claims.yaml is typed by hand: it must list exactly the metrics METRICS reads."""
+    header = " ".join(
+        line.removeprefix("#").strip()
+        for line in (REPO / "results" / "claims.yaml").read_text().splitlines()
+        if line.startswith("#")
+    )
+    listed = re.search(r"metric \(([^)]*)\)", header)
+    assert listed, "the header of results/claims.yaml no longer lists the metrics as 'metric (a, b, ...)'"
+    assert tuple(listed.group(1).split(", ")) == METRIC_NAMES
+    for claim in load_claims(REPO / "results"):  # every claim of the repository names a registered metric
+        assert find_metric(claim.metric)[0] in METRICS.values(), claim.claim
+    assert all(entry.description and "\n" not in entry.description for entry in METRICS.values())
+
+
+@pytest.mark.parametrize(
+    "metric, message",
+    [
+        ("final_accuracy", "unknown claim metric 'final_accuracy'; did you mean 'final_acc'"),
+        ("tracked_ends:init_quality/target_mass", "did you mean 'tracked_end:KEY'"),
+        ("gate_spread:1", "unknown claim metric 'gate_spread:1'"),
+        ("acc_at_epoch:last", "must be acc_at_epoch:N"),
+        ("tracked_end:", "must be tracked_end:KEY"),
+    ],
+)
+def test_an_unknown_claim_metric_is_refused_when_the_claims_are_read(tmp_path, monkeypatch, metric, message):
+    from convinit.experiments import results_page
+
+    def no_runs(folder):
+        raise AssertionError(f"{folder} read before the claims were checked")
+
+    monkeypatch.setattr(results_page, "find_runs", no_runs)
+    (tmp_path / "users-vit").mkdir()
+    claims(tmp_path, row="random", metric=metric)
+    with pytest.raises(ConfigError, match=re.escape(message)) as refused:
+        render(tmp_path)
+    assert str(refused.value).startswith(f"{tmp_path / 'claims.yaml'}: claim 1: ")
+    assert "\n" not in str(refused.value)
+    if message.startswith("unknown") or "did you mean" in message:
+        assert str(refused.value).endswith(f"(known: {', '.join(METRIC_NAMES)})")
+
+
+def test_each_registered_metric_reads_the_figure_the_old_if_chain_read(tmp_path):
+    """One run, every metric: the values the page is built from."""
+    rows = [
+        {"epoch": 0, "test_acc": 10.0, "tracked": 0.8, "nonlocality/L0/H0": 1.0, "nonlocality/L1/H0": 2.0},
+        {"epoch": 1, "test_acc": 60.0, "train_acc": 55, "tracked": 0.5, "gate/L0/H0": 0.9, "gate/L1/H0": 0.3,
+         "nonlocality/L0/H0": 1.5, "nonlocality/L1/H0": 3.0},
+    ]  # fmt: skip
+    fake_run(tmp_path, "random", 0, [60.0])
+    run = tmp_path / "users-vit" / "random" / "seed0"
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from convinit.experiments.report import find_runs
+
+    (record,) = find_runs(tmp_path / "users-vit")
+    expected = {
+        "final_acc": 60.0,
+        "final_train_acc": 55.0,
+        "acc_at_epoch:0": 10.0,
+        "acc_at_epoch:2": None,
+        "tracked_end:tracked": 0.5,
+        "tracked_end:missing": None,
+        "tracked_change:tracked": pytest.approx(-0.3),
+        "gate_spread": pytest.approx(0.6),
+        "nonlocality_growth": pytest.approx(0.75),
+    }
+    assert {metric: metric_value(record, metric) for metric in expected} == expected

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,6 +33,7 @@ from convinit.errors import ConfigError
 from convinit.experiments.grid import expand, flatten
 from convinit.experiments.paired import PairedDifference, paired_difference
 from convinit.experiments.report import RunRecord, find_runs, read_json
+from convinit.naming.did_you_mean import suggestion
 
 CLAIMS_FILE = "claims.yaml"
 MIN_SEEDS = 3  # the fewest paired seeds a verdict is drawn from
@@ -97,6 +99,10 @@ def load_claims(results: Path) -> list[Claim]:
         claim = Claim(**entry)
         if claim.expect not in DIRECTIONS:
             raise ConfigError(f"{path}: claim {index + 1} expects {claim.expect!r}; use one of {DIRECTIONS}")
+        try:
+            find_metric(claim.metric)  # a mistyped metric is refused before any run is read
+        except ConfigError as error:
+            raise ConfigError(f"{path}: claim {index + 1}: {error}") from None
         if claim.overrides and not claim.folder:
             raise ConfigError(f"{path}: claim {index + 1} has overrides but no folder: add one")
         claims.append(claim)
@@ -104,41 +110,87 @@ def load_claims(results: Path) -> list[Claim]:
 
 
 def metric_value(record: RunRecord, metric: str) -> float | None:
-    """final_acc: the last epoch's test accuracy; final_train_acc: its training accuracy;
-    acc_at_epoch:N: the test accuracy after epoch N; tracked_end:KEY: a tracker's figure at the end
-    (e.g. init_quality/target_mass); tracked_change:KEY: at the end minus at step 0;
-    gate_spread: the first GPSA layer's mean gate minus the last one's at the end; nonlocality_growth:
-    the GPSA layers' mean non-locality at the end minus at step 0."""
-    if metric == "final_acc":
-        return record.final_accuracy
-    if metric == "final_train_acc":  # the last epoch's running training accuracy, as trained (augmented)
-        value = record.metrics[-1].get("train_acc")
-        return float(value) if isinstance(value, int | float) else None
-    if metric.startswith("acc_at_epoch:"):
-        epoch = int(metric.split(":")[1])
-        found = [row.get("test_acc") for row in record.metrics if row.get("epoch") == epoch]
-        return found[-1] if found else None
-    if metric.startswith("tracked_end:"):  # a tracker's figure in the last metrics row
-        value = record.metrics[-1].get(metric.split(":", 1)[1])
-        return float(value) if isinstance(value, int | float) else None
-    if metric.startswith("tracked_change:"):  # a tracker's figure at the end minus at step 0
-        key = metric.split(":", 1)[1]
-        start, end = record.metrics[0].get(key), record.metrics[-1].get(key)
-        numbers = isinstance(start, int | float) and isinstance(end, int | float)
-        return float(end) - float(start) if numbers and record.metrics[0].get("epoch") == 0 else None
-    if metric == "gate_spread":
-        gates = layer_means(record.metrics[-1], "gate")
-        return gates[min(gates)] - gates[max(gates)] if gates else None
-    if metric == "nonlocality_growth":
-        first, last = (
-            layer_means(record.metrics[0], "nonlocality"),
-            layer_means(record.metrics[-1], "nonlocality"),
-        )
-        gpsa = sorted(set(layer_means(record.metrics[-1], "gate")))
-        if not gpsa or not first or not last:
-            return None
-        return statistics.fmean(last[layer] - first[layer] for layer in gpsa)
-    raise ConfigError(f"unknown claim metric {metric!r}")
+    """A run's figure for a claim metric, read by its entry in METRICS (one table, so the names a claim may
+    use, the code that reads them and the list in results/claims.yaml cannot drift apart)."""
+    entry, argument = find_metric(metric)
+    return entry.read(record, argument)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """How a run gives one claim metric's figure, and what that figure is, for a reader."""
+
+    read: Callable[[RunRecord, str], float | None]  # (run, the text after the prefix; "" for a plain name)
+    description: str
+    argument: str = ""  # the parameter a prefix takes, as results/claims.yaml names it (N, KEY)
+    accepts: Callable[[str], bool] = bool  # whether a parameter is one this metric can read
+
+
+def find_metric(metric: str) -> tuple[Metric, str]:
+    """The METRICS entry of `metric` and its parameter, or a ConfigError naming the known metrics."""
+    name, colon, argument = metric.partition(":")
+    entry = METRICS.get(name + colon)
+    if entry is None:
+        hint = suggestion(name, METRIC_NAMES)
+        raise ConfigError(f"unknown claim metric {metric!r}{hint} (known: {', '.join(METRIC_NAMES)})")
+    if colon and not entry.accepts(argument):
+        raise ConfigError(f"claim metric {metric!r} must be {name}:{entry.argument}: {entry.description}")
+    return entry, argument
+
+
+def number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def final_train_acc(record: RunRecord, _: str) -> float | None:
+    """The last epoch's running training accuracy, as trained (augmented)."""
+    return number(record.metrics[-1].get("train_acc"))
+
+
+def acc_at_epoch(record: RunRecord, epoch: str) -> float | None:
+    found = [row.get("test_acc") for row in record.metrics if row.get("epoch") == int(epoch)]
+    return found[-1] if found else None
+
+
+def tracked_change(record: RunRecord, key: str) -> float | None:
+    """Needs the step-0 row: without it the first row is already trained."""
+    start, end = record.metrics[0].get(key), record.metrics[-1].get(key)
+    numbers = isinstance(start, int | float) and isinstance(end, int | float)
+    return float(end) - float(start) if numbers and record.metrics[0].get("epoch") == 0 else None
+
+
+def gate_spread(record: RunRecord, _: str) -> float | None:
+    gates = layer_means(record.metrics[-1], "gate")
+    return gates[min(gates)] - gates[max(gates)] if gates else None
+
+
+def nonlocality_growth(record: RunRecord, _: str) -> float | None:
+    first, last = (
+        layer_means(record.metrics[0], "nonlocality"),
+        layer_means(record.metrics[-1], "nonlocality"),
+    )
+    gpsa = sorted(set(layer_means(record.metrics[-1], "gate")))
+    if not gpsa or not first or not last:
+        return None
+    return statistics.fmean(last[layer] - first[layer] for layer in gpsa)
+
+
+METRICS: dict[str, Metric] = {  # a plain name, or a prefix ending in ':' that takes a parameter
+    "final_acc": Metric(lambda record, _: record.final_accuracy, "the last epoch's test accuracy"),
+    "final_train_acc": Metric(final_train_acc, "the last epoch's running training accuracy (as trained)"),
+    "acc_at_epoch:": Metric(acc_at_epoch, "the test accuracy after epoch N", "N", str.isdigit),
+    "tracked_end:": Metric(
+        lambda record, key: number(record.metrics[-1].get(key)),
+        "a tracker's figure at the end, e.g. tracked_end:init_quality/target_mass",
+        "KEY",
+    ),
+    "tracked_change:": Metric(tracked_change, "a tracker's figure at the end minus at step 0", "KEY"),
+    "gate_spread": Metric(gate_spread, "the first GPSA layer's mean gate minus the last one's, at the end"),
+    "nonlocality_growth": Metric(
+        nonlocality_growth, "the GPSA layers' mean non-locality at the end minus at step 0"
+    ),
+}
+METRIC_NAMES = tuple(prefix + entry.argument for prefix, entry in METRICS.items())  # acc_at_epoch:N, ...
 
 
 def layer_means(row: dict[str, Any], name: str) -> dict[int, float]:
