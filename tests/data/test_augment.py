@@ -1,9 +1,13 @@
 """BatchAugment (uint8 batch -> normalised float batch, augmented in training) and MixupCutmix."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from convinit.data import BatchAugment, ImageDataset, MixupCutmix
+from convinit.data.augmentation.batch_augment import random_horizontal_flip
 
 
 def images(channels: int, batch: int = 16, size: int = 8, seed: int = 0) -> torch.Tensor:
@@ -75,6 +79,43 @@ def test_hflip_changes_images_and_each_output_is_the_input_or_its_mirror():
     assert not torch.allclose(out, plain)
     for o, p in zip(out, plain, strict=True):
         assert torch.allclose(o, p) or torch.allclose(o, p.flip(-1))
+
+
+def test_horizontal_flip_mirrors_the_chosen_images_and_keeps_the_others():
+    """The definition, and kornia's draw it replaced: one torch.rand(B) < p picks the mirrored samples."""
+    x = torch.randn(64, 3, 5, 7, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(3)
+    out = random_horizontal_flip(x, 0.5, x.device)
+    after = torch.get_rng_state()
+    torch.manual_seed(3)
+    chosen = torch.rand(64) < 0.5
+    assert torch.equal(after, torch.get_rng_state())  # no other draw
+    assert 0 < chosen.sum() < 64
+    assert torch.equal(out[chosen], torch.flip(x[chosen], dims=(-1,)))
+    assert torch.equal(out[~chosen], x[~chosen])
+
+
+def test_training_pipeline_flip_is_random_horizontal_flip_drawn_on_the_modules_device():
+    """BatchAugment's flip is `random_horizontal_flip`, drawn on the module's device."""
+    x = images(3)
+    torch.manual_seed(0)
+    out = BatchAugment(MEAN[3], STD[3], train=True, hflip=True)(x)
+    torch.manual_seed(0)
+    expected = normalised(random_horizontal_flip(x, 0.5, torch.device("cpu")), MEAN[3], STD[3])
+    assert torch.equal(out, expected)
+
+
+def test_batch_augment_imports_and_flips_without_kornia():
+    """kornia is no dependency: the module imports, and a flipping pipeline runs, where kornia cannot load."""
+    script = (
+        "import sys\nsys.modules['kornia'] = None\n"
+        "import torch\nfrom convinit.data.augmentation.batch_augment import BatchAugment\n"
+        "x = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)\n"
+        "print(tuple(BatchAugment((0.5,) * 3, (0.25,) * 3, train=True, hflip=True)(x).shape))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "(4, 3, 8, 8)"
 
 
 def test_crop_with_padding_changes_images_and_each_output_is_a_shift_of_the_padded_input():

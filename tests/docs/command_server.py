@@ -28,7 +28,6 @@ WARM_MODULES = (
     "convinit.share.export",
     "convinit.data.augmentation.batch_augment",
     "convinit.analysis.plots",
-    "kornia",
     "matplotlib.pyplot",
     "sklearn.datasets",
     "sklearn.model_selection",

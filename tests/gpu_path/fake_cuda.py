@@ -89,7 +89,7 @@ def shorten(filename: str) -> str:
     """The path from the innermost known folder on: `convinit/train/step.py`, `tests/gpu_path/x.py`
     (the innermost, so that a checkout folder itself named `convinit` does not prefix a test's path)."""
     parts = Path(filename).parts
-    anchors = ("convinit", "tests", "benchmarks", "timm", "torchvision", "kornia")
+    anchors = ("convinit", "tests", "benchmarks", "timm", "torchvision")
     found = [i for i, part in enumerate(parts) if part in anchors]
     return "/".join(parts[found[-1] :]) if found else filename
 

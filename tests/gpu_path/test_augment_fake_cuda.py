@@ -25,7 +25,7 @@ RECIPES = {
 
 
 def audited_calls(module: torch.nn.Module, batch: torch.Tensor, calls: int = 2):
-    """One unaudited call (lazy state: kornia's crops, per-size tables), then `calls` audited ones."""
+    """One unaudited call (lazy state: per-size tables), then `calls` audited ones."""
     module(batch)
     with audit() as recorder:
         for _ in range(calls):

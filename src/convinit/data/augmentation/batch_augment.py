@@ -2,7 +2,7 @@
 
 Training pipeline: uint8 -> float [0, 1] -> optional resize -> random crop with padding (by hand,
 drawn on the device) or random resized crop (one `grid_sample`, boxes drawn on the device) -> horizontal
-flip (kornia) -> RandAugment ->
+flip -> RandAugment ->
 normalise by the dataset's mean/std -> random erasing; then mixup/cutmix on the batch. Evaluation:
 uint8 -> float -> optional resize -> normalise.
 
@@ -59,6 +59,15 @@ def random_erasing(x: torch.Tensor, prob: float) -> torch.Tensor:
     inside = inside & (cols >= left.view(-1, 1, 1)) & (cols < (left + width).view(-1, 1, 1))
     box = (inside & erase.view(-1, 1, 1)).unsqueeze(1)  # (B, 1, H, W)
     return torch.where(box, torch.randn_like(x), x)
+
+
+def random_horizontal_flip(x: torch.Tensor, prob: float, draw_device: torch.device) -> torch.Tensor:
+    """Mirrors each sample along its width with probability `prob`. Written to draw exactly as kornia's
+    RandomHorizontalFlip (0.9), which it replaces: one `torch.rand(B)` on the module's device, compared with
+    `prob`, so that a seeded run's batches stay the same."""
+    chosen = torch.rand(x.shape[0], device=draw_device) < prob
+    chosen = chosen.to(x.device, non_blocking=True).view(-1, *[1] * (x.dim() - 1))
+    return torch.where(chosen, x.flip(-1), x)
 
 
 def padded_random_crop(x: torch.Tensor, padding: int) -> torch.Tensor:
@@ -151,13 +160,11 @@ class BatchAugment(nn.Module):
         resized_crop_scale: float | None = None,
     ):
         super().__init__()
-        import kornia.augmentation as K
-
         self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
         self.out_size = tuple(out_size) if out_size else None
         self.train_mode = train
-        self.flip = K.RandomHorizontalFlip() if train and hflip else None
+        self.hflip = train and hflip
         self.crop_padding = crop_padding if train else 0
         self.resized_crop_scale = resized_crop_scale if train else None
         self.randaugment = None
@@ -183,8 +190,8 @@ class BatchAugment(nn.Module):
             x = F.interpolate(x, size=self.out_size, mode="bilinear", antialias=True, align_corners=False)
         if self.crop_padding > 0:
             x = self.random_crop(x)
-        if self.flip is not None:
-            x = self.flip(x)
+        if self.hflip:  # drawn on the module's device (where `.to` put it), as kornia's flip drew
+            x = random_horizontal_flip(x, 0.5, self.mean.device)
         if self.randaugment is not None:
             x = self.randaugment(x)
         x = (x - self.mean) / self.std
