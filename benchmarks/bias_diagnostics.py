@@ -23,31 +23,25 @@ from pathlib import Path
 import torch
 
 from convinit.analysis.init_quality import init_quality, report_offsets
-from convinit.config import load_config
-from convinit.data.source import build_data
 from convinit.init.attention_sites import attention_slots, rms
 from convinit.init.measure import qk_inputs
 from convinit.init.targets import Targets, target_mass
-from convinit.runs.checkpoint import latest_checkpoint, load_weights
 from convinit.runs.metrics import read_metrics
-from convinit.train.plan import build_model
-from convinit.train.rng import seed_everything
-from convinit.train.run_builder import TRACK_BATCH, initialize_model
+from convinit.train.opening import open_run
+from convinit.train.run_builder import TRACK_BATCH
 
 IMAGES = 64
 
 
 def step0_and_final(run_dir: Path):
-    """The run's model as the trainer initialised it, the same model after training, and its data."""
-    cfg = load_config(run_dir / "config.yaml")
-    seed_everything(cfg.seed, cfg.deterministic)
-    data = build_data(cfg, torch.device("cpu"))
-    start = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
-    start.init_report = initialize_model(cfg, start, data.init_batch())
-    end = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
-    load_weights(end, latest_checkpoint(run_dir))
-    end.init_report = start.init_report
-    return cfg, start, end, data.test_batch(TRACK_BATCH, torch.device("cpu"))[:IMAGES]
+    """The run's model as the trainer initialised it, the same model after training, and its test images:
+    the run reopened twice, as every tool reopens one (convinit.train.opening)."""
+    start = open_run(run_dir, at="init")
+    end = open_run(run_dir, data=False, settle=False)
+    end.model.init_report = start.init_report
+    start.model.init_report = start.init_report
+    images = start.data.test_batch(TRACK_BATCH, torch.device("cpu"))[:IMAGES]
+    return start.cfg, start.model, end.model, images
 
 
 def qk_logits(x: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, scale: float) -> torch.Tensor:

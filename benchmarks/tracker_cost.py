@@ -20,9 +20,9 @@ import torch.nn as nn
 
 from convinit.analysis import get_tracker
 from convinit.config import TrainConfig, resolve_config
-from convinit.data.source import build_data
-from convinit.train.plan import build_model
-from convinit.train.run_builder import TRACK_BATCH, initialize_model
+from convinit.train.opening import init_images, initialize_model, open_data, open_model, source_shape
+from convinit.train.plan import resolve_plan
+from convinit.train.run_builder import TRACK_BATCH
 
 MODELS = {
     "digits blend alpha 0.1 (8x8 grid)": [],
@@ -45,10 +45,10 @@ def median_seconds(fn, repeats: int) -> float:
 
 def measure(cfg: TrainConfig, repeats: int) -> tuple[float, float]:
     """(seconds per training step, seconds per tracker call) for one config."""
-    device = torch.device("cpu")
-    data = build_data(cfg, device)
-    model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
-    model.init_report = initialize_model(cfg, model, data.init_batch())
+    plan = resolve_plan(cfg, torch.device("cpu"))
+    data = open_data(plan)  # the builder's steps (convinit.train.opening)
+    model = open_model(plan, source_shape(data))
+    model.init_report = initialize_model(plan.init, model, init_images(data))
     images, labels = next(iter(data.train))
     inputs = data.augment(images)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -61,7 +61,7 @@ def measure(cfg: TrainConfig, repeats: int) -> tuple[float, float]:
         optimizer.step()
 
     tracker = get_tracker("init_quality")
-    track_images = data.test_batch(TRACK_BATCH, device)
+    track_images = data.test_batch(TRACK_BATCH, plan.device)
     step()  # warm-up
     tracker(model, track_images)
     return median_seconds(step, repeats * 4), median_seconds(lambda: tracker(model, track_images), repeats)

@@ -15,10 +15,11 @@ import warnings
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 from convinit.errors import ConfigError, ConvinitError, DataError  # noqa: E402
-from convinit.models import timm_registry  # noqa: E402
 from convinit.naming.lazy_exports import lazy_exports  # noqa: E402
+from convinit.share import timm_registry  # noqa: E402
+from convinit.system.version import VERSION  # noqa: E402
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 _EXPORTS = {
     "create_model": "convinit.models.registry",

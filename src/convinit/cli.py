@@ -17,8 +17,8 @@ import warnings
 from pathlib import Path
 from typing import NoReturn
 
-from convinit import __version__
 from convinit.errors import ConfigError, ConvinitError, TrainingDiverged
+from convinit.system.version import VERSION
 
 EXAMPLES = """examples:
   convinit train                                  # default preset: a small ViT on the embedded digits set
@@ -207,7 +207,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     from convinit.experiments.results_page import render
-    from convinit.runs.atomic import atomic_write_text
+    from convinit.system.atomic import atomic_write_text
 
     page = render(args.results)
     if args.check:
@@ -233,7 +233,7 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
     from convinit.experiments.efficiency import efficiency_runs, efficiency_summary
     from convinit.experiments.report import write_report
     from convinit.experiments.runner import run_grid
-    from convinit.runs.atomic import atomic_write_text
+    from convinit.system.atomic import atomic_write_text
 
     methods = parse_methods(args.method)
     fractions = parse_fractions(args.fractions)
@@ -301,7 +301,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     result = run_bench(options, progress=lambda message: print(f"bench: {message}", file=sys.stderr))
     if args.out is not None:
-        from convinit.runs.atomic import atomic_write_text
+        from convinit.system.atomic import atomic_write_text
 
         args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.out, json.dumps(result, indent=1))
@@ -481,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"convinit {__version__}")
+    parser.add_argument("--version", action="version", version=f"convinit {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     add_run_commands(sub)
@@ -613,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:  # a torchvision built for another torch, imported where no check caught it
         if "torchvision::" not in str(exc):
             raise
-        from convinit.data.torchvision_pair import pair_message
+        from convinit.system.torchvision_pair import pair_message
 
         print(f"convinit: error: {pair_message(exc)}", file=sys.stderr)
         return 2

@@ -8,17 +8,18 @@ import torch
 from convinit.analysis.augmentation_preview import CAPTION, COLUMNS, PAD, augmentation_grid, augmented_samples
 from convinit.config import resolve_config
 from convinit.data.source import build_data
+from convinit.train.plan import data_recipe
 
 
 def test_the_preview_samples_carry_their_own_labels(tiny_overrides):
-    data = build_data(resolve_config(None, tiny_overrides), torch.device("cpu"))
+    data = build_data(data_recipe(resolve_config(None, tiny_overrides)), torch.device("cpu"))
     _, labels = augmented_samples(data, seed=0)
     picks = torch.linspace(0, data.train_size - 1, len(labels)).long()
     assert torch.equal(labels, data.train.labels[picks].cpu())
 
 
 def test_each_tile_of_the_grid_has_its_class_name_under_it(tiny_overrides):
-    data = build_data(resolve_config(None, tiny_overrides), torch.device("cpu"))
+    data = build_data(data_recipe(resolve_config(None, tiny_overrides)), torch.device("cpu"))
     data.classes = [f"class {name}" for name in data.classes]  # names unlike digits' own
     _, labels = augmented_samples(data, seed=0)
     grid = augmentation_grid(data, seed=0)

@@ -12,9 +12,9 @@ from convinit.analysis.init_quality import init_quality, layer_quality, report_o
 from convinit.config import resolve_config
 from convinit.init import initialize
 from convinit.init.attention_sites import attention_slots
-from convinit.init.filters import impulse_conv_matrix
 from convinit.init.measure import real_pass_quality
 from convinit.models import create_model
+from convinit.models.filters import impulse_conv_matrix
 from convinit.train import train
 
 GRID = (5, 5)

@@ -14,6 +14,7 @@ from convinit.data import DeviceLoader
 from convinit.data.source import build_data
 from convinit.data.streamed_loader import StreamLoader
 from convinit.errors import ConfigError
+from convinit.train.plan import data_recipe
 
 pytest.importorskip("timm")
 CPU = torch.device("cpu")
@@ -36,6 +37,11 @@ def jpeg_folder(tmp_path_factory) -> Path:
     return root
 
 
+def data_of(cfg, device: torch.device):
+    """The data source `convinit train` builds for `cfg`: from its plan's data recipe."""
+    return build_data(data_recipe(cfg), device)
+
+
 def folder_config(root: Path, *overrides: str):
     return resolve_config(
         "default",
@@ -44,12 +50,14 @@ def folder_config(root: Path, *overrides: str):
 
 
 def test_auto_keeps_a_folder_on_the_device_when_it_fits_the_budget(jpeg_folder):
-    data = build_data(folder_config(jpeg_folder, "data_budget_gb=1"), CPU)
+    data = build_data(data_recipe(folder_config(jpeg_folder, "data_budget_gb=1")), CPU)
     assert data.mode == "device" and "fits" in data.reason and isinstance(data.train, DeviceLoader)
 
 
 def test_auto_streams_a_folder_larger_than_the_budget_and_says_why(jpeg_folder):
-    data = build_data(folder_config(jpeg_folder, "data_budget_gb=0.00001", "repeated_aug=3"), CPU)
+    data = build_data(
+        data_recipe(folder_config(jpeg_folder, "data_budget_gb=0.00001", "repeated_aug=3")), CPU
+    )
     assert data.mode == "stream" and "exceeds" in data.reason and isinstance(data.train, StreamLoader)
     assert (data.num_classes, data.in_chans, data.img_size, data.train_size) == (20, 3, 32, 80)
     images, labels = next(iter(data.train))
@@ -59,7 +67,9 @@ def test_auto_streams_a_folder_larger_than_the_budget_and_says_why(jpeg_folder):
 
 
 def test_a_dataset_read_whole_can_be_streamed_per_sample():
-    data = build_data(resolve_config("default", ["data_mode=stream", "workers=0", "batch_size=16"]), CPU)
+    data = build_data(
+        data_recipe(resolve_config("default", ["data_mode=stream", "workers=0", "batch_size=16"])), CPU
+    )
     assert data.mode == "stream" and data.in_chans == 1 and data.img_size == (8, 8)
     images, _ = next(iter(data.train))
     assert data.augment(images).shape == (16, 1, 8, 8)
@@ -80,12 +90,14 @@ def test_auto_sizes_a_hugging_face_dataset_and_streams_it_when_larger_than_the_b
     dataset = load_dataset("hf", path)
     overrides = ["dataset=hf", f"data_dir={path}", "workers=0", "batch_size=8", "crop_padding=0"]
     with fake_cuda(), mock.patch("convinit.data.source.load_dataset", lambda *args, **kwargs: dataset):
-        fits = build_data(resolve_config("default", [*overrides, "data_budget_gb=1"]), CUDA)
-        data = build_data(resolve_config("default", [*overrides, "data_budget_gb=0.000001"]), CUDA)
+        fits = data_of(resolve_config("default", [*overrides, "data_budget_gb=1"]), CUDA)
+        data = build_data(
+            data_recipe(resolve_config("default", [*overrides, "data_budget_gb=0.000001"])), CUDA
+        )
     assert fits.mode == "device" and "fits the 1.00 GiB budget" in fits.reason
     assert data.mode == "stream" and isinstance(data.train, StreamLoader)
     assert data.reason == "0.00 GiB decoded exceeds the 0.00 GiB budget: streamed from host memory"
-    cpu = build_data(resolve_config("default", [*overrides, "data_budget_gb=0.000001"]), CPU)
+    cpu = build_data(data_recipe(resolve_config("default", [*overrides, "data_budget_gb=0.000001"])), CPU)
     assert cpu.mode == "device" and "where a CPU run keeps it" in cpu.reason  # streaming would save nothing
 
 
@@ -93,14 +105,14 @@ def test_device_mode_refuses_in_one_line_a_set_larger_than_the_devices_free_memo
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10_000, 10**9))
     cfg = resolve_config("default", ["data_mode=device"])  # digits: 1,797 images of 64 bytes
     with pytest.raises(ConfigError) as refused:
-        build_data(cfg, torch.device("cuda"))
+        build_data(data_recipe(cfg), torch.device("cuda"))
     message = str(refused.value)
     assert message.startswith("data_mode=device: digits's decoded images need") and "\n" not in message
     assert "has 0.00 GiB free; use data_mode=auto or data_mode=stream" in message
 
 
 def test_device_mode_serves_uint8_batches_that_the_augmentation_normalises():
-    data = build_data(resolve_config("default", ["batch_size=16"]), CPU)
+    data = build_data(data_recipe(resolve_config("default", ["batch_size=16"])), CPU)
     assert data.mode == "device"
     images, _ = next(iter(data.train))
     assert images.dtype == torch.uint8 and data.augment(images).dtype == torch.float32
@@ -158,8 +170,8 @@ def test_a_device_run_writes_a_grid_of_its_augmented_samples(tmp_path, tiny_over
 
 def test_a_streamed_folder_is_normalised_by_its_own_statistics_as_on_the_device(jpeg_folder):
     """Whichever path `auto` picks, the same folder trains with (about) the same normalisation."""
-    streamed = build_data(folder_config(jpeg_folder, "data_budget_gb=0.00001"), CPU)
-    resident = build_data(folder_config(jpeg_folder, "data_budget_gb=1"), CPU)
+    streamed = build_data(data_recipe(folder_config(jpeg_folder, "data_budget_gb=0.00001")), CPU)
+    resident = build_data(data_recipe(folder_config(jpeg_folder, "data_budget_gb=1")), CPU)
     assert (streamed.mode, resident.mode) == ("stream", "device")
     np.testing.assert_allclose(streamed.mean, resident.mean, atol=0.01)  # the device path resizes first
     images, _ = next(iter(streamed.test))

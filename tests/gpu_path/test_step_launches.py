@@ -12,7 +12,8 @@ import torch
 from convinit.config import resolve_config
 from convinit.data.source import build_data
 from convinit.train.distributed import DistributedContext
-from convinit.train.plan import build_model, resolve_plan
+from convinit.train.opening import open_model, source_shape
+from convinit.train.plan import data_recipe, resolve_plan
 from convinit.train.run_builder import step_parts
 from convinit.train.step import StepParts, StepTotals, train_step
 from tests.gpu_path.fake_cuda import CUDA, DeviceOpCount, fake_cuda
@@ -82,8 +83,8 @@ def test_the_streamed_finishing_step_launches_the_same_ops_at_batch_16_and_256(i
                                   "device=cpu"])  # fmt: skip
     counts = {}
     with fake_cuda():
-        data = build_data(cfg, CUDA)
-        model = build_model(cfg, data.num_classes, data.in_chans, data.img_size).to(CUDA)
+        data = build_data(data_recipe(cfg), CUDA)
+        model = open_model(resolve_plan(cfg), source_shape(data)).to(CUDA)
         parts = step_parts(resolve_plan(cfg, CUDA), data, model, DistributedContext())
         for size in (SMALL, LARGE):
             counts[size] = counted_step(parts, *batches_of(size, (3, 32, 32), data.num_classes))

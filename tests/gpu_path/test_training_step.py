@@ -15,11 +15,12 @@ import pytest
 import torch
 
 from convinit.config import TrainConfig, resolve_config
-from convinit.data.datasets import ImageDataset, dataset_options, load_dataset
+from convinit.data.datasets import ImageDataset, load_dataset
 from convinit.data.source import DataSource, build_data
 from convinit.train.distributed import DistributedContext
 from convinit.train.evaluation import evaluate
-from convinit.train.plan import build_model, resolve_plan
+from convinit.train.opening import open_model, source_shape
+from convinit.train.plan import data_recipe, resolve_plan
 from convinit.train.run_builder import step_parts
 from convinit.train.step import StepParts, StepTotals, train_step
 from tests.gpu_path.fake_cuda import CUDA, DeviceAudit, audit, describe, fake_cuda
@@ -44,19 +45,19 @@ def audit_steps(parts: StepParts, batches, steps: int = AUDITED_STEPS) -> Device
 
 def read_dataset(cfg: TrainConfig) -> ImageDataset:
     """The dataset read for real, before the fake mode is entered: fake tensors carry no values."""
-    return load_dataset(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
+    return load_dataset(cfg.dataset, cfg.data_dir, cfg.download, **data_recipe(cfg).options)
 
 
 def device_data(cfg: TrainConfig, dataset: ImageDataset, rank: int = 0, world_size: int = 1) -> DataSource:
     """`build_data` of a device-resident run on the fake GPU, from the dataset read beforehand."""
     with mock.patch("convinit.data.source.load_dataset", lambda *args, **kwargs: dataset):
-        return build_data(cfg, CUDA, rank, world_size)
+        return build_data(data_recipe(cfg), CUDA, rank, world_size)
 
 
 def device_run(cfg: TrainConfig, dataset: ImageDataset, **shard) -> tuple[StepParts, DataSource]:
     """The step's parts and the data of a device-resident run on the fake GPU."""
     data = device_data(cfg, dataset, **shard)
-    model = build_model(cfg, data.num_classes, data.in_chans, data.img_size).to(CUDA)
+    model = open_model(resolve_plan(cfg), source_shape(data)).to(CUDA)
     if cfg.channels_last:
         model.to(memory_format=torch.channels_last)
     return step_parts(resolve_plan(cfg, CUDA), data, model, DistributedContext()), data
@@ -85,7 +86,7 @@ def test_cifar_crop_and_flip_recipe_steps_without_waiting():
 
 
 def test_flip_only_recipe_steps_without_waiting():
-    """kornia's flip, the schedule, the fused AdamW update and the totals, with no crop."""
+    """The flip, the schedule, the fused AdamW update and the totals, with no crop."""
     assert_nothing_waits(steps_of("paper1/recipe", ["hflip=true", *TINY_VIT]))
 
 
@@ -171,9 +172,9 @@ def streamed_steps(folder: Path, overrides: list[str]) -> DeviceAudit:
                                   "model=deit_tiny", "img_size=32", "model_args.patch_size=8",
                                   "model_args.depth=1", "batch_size=4", "device=cpu"])  # fmt: skip
     with fake_cuda():
-        data = build_data(cfg, CUDA)
+        data = build_data(data_recipe(cfg), CUDA)
         data.train.pin_memory = False  # pinning needs a driver; the copy is non_blocking either way
-        model = build_model(cfg, data.num_classes, data.in_chans, data.img_size).to(CUDA)
+        model = open_model(resolve_plan(cfg), source_shape(data)).to(CUDA)
         return audit_steps(step_parts(resolve_plan(cfg, CUDA), data, model, DistributedContext()), data.train)
 
 

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 
 from convinit.errors import ConfigError
 from convinit.init import initialize
-from convinit.init.filters import impulse_conv_matrix
 from convinit.init.positions import POS_EMBED_SCALE
+from convinit.models.filters import impulse_conv_matrix
 from tests.conftest import FASHION_DIR
 from tests.init.test_real_pass import normalised
 

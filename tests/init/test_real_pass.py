@@ -10,8 +10,8 @@ import torch
 from convinit.config import resolve_config
 from convinit.data import load_dataset
 from convinit.init import initialize
-from convinit.init.filters import impulse_conv_matrix
 from convinit.models import create_model, record_attention
+from convinit.models.filters import impulse_conv_matrix
 from convinit.train import train
 from tests.conftest import requires_fashion_mnist
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from convinit.errors import ConfigError
-from convinit.init.filters import (
+from convinit.models.filters import (
     assign_heads,
     box_filter,
     centre_first_offsets,

@@ -22,7 +22,9 @@ from convinit.config import CHOICES, KEYS, TrainConfig, base_type, build_config
 from convinit.errors import ConvinitError
 from convinit.init import list_schemes
 from convinit.models.registry import list_models, model_arguments
-from convinit.train.run_builder import check_forward, initialize_model
+from convinit.train.opening import initialize_model
+from convinit.train.plan import resolve_plan
+from convinit.train.run_builder import check_forward
 from convinit.train.validation import validate
 
 COMMON = ("num_classes", "img_size", "in_chans")  # set from the dataset, not by model_args
@@ -104,7 +106,7 @@ def prepare_and_forward(values: dict) -> None:
     cfg = build_config(values)
     plan = validate(cfg)
     model = plan.model.build()
-    initialize_model(cfg, model)
+    initialize_model(resolve_plan(cfg).init, model)
     model.to(plan.device)
     shape = plan.shape
     size = (shape.img_size, shape.img_size) if isinstance(shape.img_size, int) else shape.img_size

@@ -25,7 +25,8 @@ from convinit.models.pretrained import from_pretrained
 from convinit.runs.checkpoint import latest_checkpoint, load_weights
 from convinit.share.predict import model_input, predict
 from convinit.train import train
-from convinit.train.plan import build_model
+from convinit.train.opening import open_model, source_shape
+from convinit.train.plan import data_recipe, resolve_plan
 
 TINY = ["model_args.patch_size=4", "model_args.depth=1", "model_args.dim=32", "model_args.heads=2",
         "model_args.dim_head=16", "model_args.mlp_dim=64", "warmup_epochs=0", "device=cpu", "epochs=1",
@@ -53,8 +54,8 @@ def run_evaluation_logits(run_dir: Path) -> torch.Tensor:
     """The logits the run's own evaluation path gives its test files (its data source, its newest
     checkpoint), in the order of `folder_splits`."""
     cfg = load_config(run_dir / "config.yaml")
-    data = build_data(cfg, torch.device("cpu"))
-    model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
+    data = build_data(data_recipe(cfg), torch.device("cpu"))
+    model = open_model(resolve_plan(cfg), source_shape(data))
     load_weights(model, latest_checkpoint(run_dir))
     model.eval()
     return torch.cat([model(data.eval_transform(images)) for images, _ in data.test])

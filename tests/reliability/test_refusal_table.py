@@ -82,13 +82,13 @@ def run_with_damaged_checkpoints(tmp: Path) -> str:
 
 def run_with_checkpoint(tmp: Path, model: torch.nn.Module | None, train_state: dict) -> str:
     """A run whose one intact checkpoint holds `model` (None: the configured model) and `train_state`."""
-    from convinit.train.plan import build_model
+    from convinit.train.plan import resolve_plan
 
     cfg = resolve_config(None, TINY)
     run_dir = tmp / "run-with-checkpoint"
     run_dir.mkdir()
     save_config(cfg, run_dir / "config.yaml")
-    save_checkpoint(run_dir, model or build_model(cfg, 10, 1, 8), train_state, 1)
+    save_checkpoint(run_dir, model or resolve_plan(cfg).model.build(), train_state, 1)
     return str(run_dir)
 
 

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from convinit.runs.atomic import atomic_write_text, atomic_writer
+from convinit.system.atomic import atomic_write_text, atomic_writer
 
 
 def test_atomic_write_replaces_the_file_and_leaves_no_temporary(tmp_path):

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from convinit.share import folder_publish
-from convinit.share.folder_publish import publish_folder, recover_leftovers
+from convinit.system import folder_publish
+from convinit.system.folder_publish import publish_folder, recover_leftovers
 
 FILES = ("config.json", "model.safetensors")
 

@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from convinit.config import resolve_config
-from convinit.data import torchvision_pair
-from convinit.data.torchvision_pair import fix_command, matching_torchvision
 from convinit.errors import InstallError
 from convinit.models.external import build_model_by_name
+from convinit.system import torchvision_pair
+from convinit.system.torchvision_pair import fix_command, matching_torchvision
 from convinit.train import train
 
 BROKEN = "operator torchvision::nms does not exist"

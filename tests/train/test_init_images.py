@@ -10,19 +10,19 @@ import torch
 
 from convinit.config import resolve_config
 from convinit.data.source import build_data
-from convinit.train.plan import build_model
+from convinit.train.opening import init_images, initialize_model, open_model, source_shape
+from convinit.train.plan import data_recipe, resolve_plan
 from convinit.train.rng import seed_everything
-from convinit.train.run_builder import init_images, initialize_model
 
 
 def initialised(scheme: str, batch) -> tuple[dict, dict]:
     cfg = resolve_config(None, [f"init={scheme}", "device=cpu", "model_args.depth=2"])
     seed_everything(cfg.seed, False)
-    data = build_data(cfg, torch.device("cpu"))
-    model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
+    data = build_data(data_recipe(cfg), torch.device("cpu"))
+    model = open_model(resolve_plan(cfg), source_shape(data))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        report = initialize_model(cfg, model, batch(data))
+        report = initialize_model(resolve_plan(cfg).init, model, batch(data))
     return model.state_dict(), report
 
 
@@ -37,6 +37,6 @@ def test_the_init_is_measured_on_128_held_apart_images_and_fitted_as_before(sche
 
 def test_the_init_images_begin_with_the_64_of_init_batch(digits):
     cfg = resolve_config(None, ["device=cpu"])
-    data = build_data(cfg, torch.device("cpu"))
+    data = build_data(data_recipe(cfg), torch.device("cpu"))
     images = init_images(data)
     assert torch.equal(images[:64], data.init_batch()) and len(images) == 64 + 112

@@ -18,7 +18,7 @@ from PIL import Image, ImageDraw, ImageFont
 from convinit.data import DeviceLoader
 from convinit.data.source import DataSource
 from convinit.data.streamed_loader import kept_generators, sample_seed
-from convinit.runs.atomic import atomic_write_bytes
+from convinit.system.atomic import atomic_write_bytes
 
 PREVIEW_SAMPLES = 32
 COLUMNS, PAD, CAPTION = 8, 2, 14  # tiles to a row, pixels between tiles, pixels of caption under each

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.init.filters import impulse_conv_matrix
+from convinit.models.filters import impulse_conv_matrix
 from convinit.models.layers import record_attention
 
 

@@ -32,8 +32,8 @@ import torch.nn as nn
 
 from convinit.analysis.locality import attention_layers, attention_slots_of, model_grid, slot_attention
 from convinit.errors import ConfigError
-from convinit.init.filters import kernel_offsets
 from convinit.init.targets import Targets, row_figures, target_mass
+from convinit.models.filters import kernel_offsets
 from convinit.models.layers import record_attention
 
 BEST_OFFSET_KERNEL = 5  # candidate offsets for the best-offset mass: paper 1's 5 x 5 kernel

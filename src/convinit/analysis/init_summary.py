@@ -25,7 +25,7 @@ from convinit.analysis.gates import gate_values
 from convinit.analysis.locality import model_grid
 from convinit.init.measure import map_statistics
 from convinit.models.layers import record_attention
-from convinit.runs.read_back import read_capped, short_repr
+from convinit.system.read_back import read_capped, short_repr
 
 
 def init_name(report: dict[str, Any]) -> str:

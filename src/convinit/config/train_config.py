@@ -24,7 +24,7 @@ import yaml
 from convinit.config.adaptation import adapt_preset_defaults
 from convinit.errors import ConfigError
 from convinit.naming.did_you_mean import suggestion
-from convinit.runs.atomic import atomic_write_text
+from convinit.system.atomic import atomic_write_text
 
 CHOICES = {
     "optimizer": ("adam", "adamw", "sgd"),
@@ -110,7 +110,7 @@ class TrainConfig:
     # analysis trackers evaluated at each evaluation (see convinit.analysis)
     track: list[str] = field(default_factory=list)
     track_every: int = 100  # and every N steps between them, into track.jsonl (0: at evaluations only)
-    # experiment trackers beside metrics.jsonl/csv: tensorboard, wandb (see convinit.runs.loggers)
+    # experiment trackers beside metrics.jsonl/csv: tensorboard, wandb (see convinit.train.loggers)
     logger: list[str] = field(default_factory=lambda: ["csv"])
     # run
     seed: int = 0
@@ -189,7 +189,7 @@ def load_preset(
 def read_yaml(path: Path) -> Any:
     """A YAML file's data; one-line ConfigError if it cannot be read, is not UTF-8 or not safe YAML, or is
     no regular file of bounded size (a link to /dev/zero)."""
-    from convinit.runs.read_back import read_capped
+    from convinit.system.read_back import read_capped
 
     try:
         return yaml.safe_load(read_capped(path).decode("utf-8"))

@@ -14,7 +14,6 @@ _EXPORTS = {
     "ImageDataset": "convinit.data.datasets",
     "check_available": "convinit.data.datasets",
     "dataset_info": "convinit.data.datasets",
-    "dataset_options": "convinit.data.datasets",
     "list_datasets": "convinit.data.datasets",
     "load_dataset": "convinit.data.datasets",
     "register_dataset": "convinit.data.datasets",

@@ -121,6 +121,9 @@ class DatasetInfo:
     # what `convinit datasets` reads to say what is there (headers, labels, a sample of images; no torch);
     # None: the whole dataset is read
     survey: Callable[[Path | None], Found] | None = None
+    # a dataset of image files: its files and labels listed without decoding any (a `FolderSplits`), so
+    # that `data_mode=auto` can size it from headers and stream it from disk; None: decoded whole by `reader`
+    list_files: Callable[[Path | None], Any] | None = None
 
     def resolve_dir(self, data_dir: str | Path | None) -> Path | None:
         if data_dir is not None:
@@ -163,13 +166,6 @@ def data_home() -> Path:
     return Path(
         os.environ.get("CONVINIT_DATA", Path.home() / ".cache" / "convinit" / "datasets")
     ).expanduser()
-
-
-def dataset_options(cfg: Any) -> dict[str, Any]:
-    """The config keys the configured dataset's reader takes, with their values (`cfg`: a TrainConfig)."""
-    if cfg.dataset not in DATASETS:
-        return {}
-    return {key: getattr(cfg, key) for key in DATASETS.get(cfg.dataset).options}
 
 
 def check_available(

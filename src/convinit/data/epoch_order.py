@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from convinit.data.torchvision_pair import needs_torchvision
+from convinit.system.torchvision_pair import needs_torchvision
 
 
 def epoch_indices(

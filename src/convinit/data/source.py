@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from PIL import Image
 
-from convinit.config import TrainConfig
 from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
 from convinit.data.cores import decoding_workers
-from convinit.data.datasets import ImageDataset, dataset_options
+from convinit.data.datasets import ImageDataset
 from convinit.data.image_files import GRAYSCALE_MODES, UNREADABLE, unreadable_image
-from convinit.data.readers.folder import FolderSplits, folder_splits
+from convinit.data.readers.folder import FolderSplits
+from convinit.data.recipe import AugmentRecipe, DataRecipe
 from convinit.data.streamed_loader import (
     StreamingImages,
     StreamLoader,
@@ -64,6 +64,9 @@ class DataSource:
     std: tuple[float, ...]
     train_size: int
     init_set: StreamingImages | None = None  # streamed: the training images under the evaluation transform
+    crop_pct: float | None = (
+        None  # streamed: the evaluation's centre crop (the record says how to preprocess)
+    )
 
     @property
     def num_classes(self) -> int:
@@ -101,10 +104,10 @@ class DataSource:
         return self.eval_transform(images.to(device))
 
 
-def memory_budget(cfg: TrainConfig, device: torch.device) -> int:
+def memory_budget(recipe: DataRecipe, device: torch.device) -> int:
     """Bytes the device-resident path may use: `data_budget_gb`, else half the device's free memory."""
-    if cfg.data_budget_gb is not None:
-        return int(cfg.data_budget_gb * 2**30)
+    if recipe.data_budget_gb is not None:
+        return int(recipe.data_budget_gb * 2**30)
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0] // 2
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
@@ -126,7 +129,7 @@ def sampled_shape(paths: list[Path]) -> tuple[int, tuple[int, int]]:
 
 
 def streamed_dataset(
-    cfg: TrainConfig,
+    recipe: DataRecipe,
     dataset: ImageDataset,
     keep: torch.Tensor,
     reason: str,
@@ -137,45 +140,56 @@ def streamed_dataset(
 ) -> DataSource:
     """A decoded dataset served per sample through DataLoader workers (data_mode=stream)."""
     img_size = common["img_size"]
-    recipe = stream_recipe(cfg, pair(img_size)[0], dataset.mean, dataset.std, dataset.in_chans)
+    transforms = stream_recipe(recipe.augment, pair(img_size)[0], dataset.mean, dataset.std, dataset.in_chans)
     train_set = StreamingImages(
-        dataset.train_images[keep], dataset.train_labels[keep], recipe.train_transform(), dataset.in_chans
+        dataset.train_images[keep], dataset.train_labels[keep], transforms.train_transform(), dataset.in_chans
     )
     test_set = StreamingImages(
-        dataset.test_images, dataset.test_labels, recipe.eval_transform(), dataset.in_chans
+        dataset.test_images, dataset.test_labels, transforms.eval_transform(), dataset.in_chans
     )
-    loaders = stream_loaders(cfg, train_set, test_set, rank, world_size, device)
-    init_set = StreamingImages(train_set.source, train_set.labels, recipe.eval_transform(), dataset.in_chans)
+    loaders = stream_loaders(recipe, train_set, test_set, rank, world_size, device)
+    init_set = StreamingImages(
+        train_set.source, train_set.labels, transforms.eval_transform(), dataset.in_chans
+    )
     augment, eval_transform = (
-        recipe.device_augment(True).to(device),
-        recipe.device_augment(False).to(device),
+        transforms.device_augment(True).to(device),
+        transforms.device_augment(False).to(device),
     )
-    return DataSource("stream", reason, *loaders, augment, eval_transform, **common, init_set=init_set)
+    return DataSource(
+        "stream",
+        reason,
+        *loaders,
+        augment,
+        eval_transform,
+        **common,
+        init_set=init_set,
+        crop_pct=recipe.augment.crop_pct,
+    )
 
 
-def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1) -> DataSource:
+def build_data(recipe: DataRecipe, device: torch.device, rank: int = 0, world_size: int = 1) -> DataSource:
     """The run's DataSource. The mode is chosen before anything goes to the device: a folder's from its
     image headers before anything is decoded, any other set's once its reader has decoded it into host
     memory (`decoded_set_mode`; fixed-format sets too large for the machine are refused before that, by
     the run's validation)."""
-    root = dataset_info(cfg.dataset).resolve_dir(cfg.data_dir)
+    info = dataset_info(recipe.dataset)
     mode = None
-    if cfg.dataset == "folder" and cfg.data_mode != "device":
-        files = folder_splits(root)
+    if info.list_files is not None and recipe.data_mode != "device":  # streamable before any decoding
+        files = info.list_files(info.resolve_dir(recipe.data_dir))
         in_chans, size = sampled_shape(files.train_paths)
         needed = decoded_bytes(len(files.train_paths), in_chans, size)
-        mode, reason = choose_data_mode(cfg.data_mode, needed, memory_budget(cfg, device))
+        mode, reason = choose_data_mode(recipe.data_mode, needed, memory_budget(recipe, device))
         if mode == "stream":
-            return streamed_folder(cfg, files, in_chans, reason, rank, world_size, device)
-    elif cfg.data_mode == "stream":
+            return streamed_folder(recipe, files, in_chans, reason, rank, world_size, device)
+    elif recipe.data_mode == "stream":
         mode, reason = "stream", "data_mode=stream (a reader that decodes the whole set, served per sample)"
-    dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
+    dataset = load_dataset(recipe.dataset, recipe.data_dir, recipe.download, **recipe.options)
     keep = stratified_subset(
-        dataset.train_labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order
+        dataset.train_labels, recipe.train_fraction, recipe.per_class, recipe.seed, recipe.subset_order
     )
     if mode is None:
-        mode, reason = decoded_set_mode(cfg, device, dataset, keep)
-    img_size = cfg.img_size or dataset.img_size
+        mode, reason = decoded_set_mode(recipe, device, dataset, keep)
+    img_size = recipe.img_size or dataset.img_size
     common = dict(
         classes=dataset.classes,
         in_chans=dataset.in_chans,
@@ -185,84 +199,91 @@ def build_data(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size
         train_size=len(keep),
     )
     if mode == "stream":
-        return streamed_dataset(cfg, dataset, keep, reason, common, rank, world_size, device)
+        return streamed_dataset(recipe, dataset, keep, reason, common, rank, world_size, device)
     train = DeviceLoader(
         dataset.train_images[keep],
         dataset.train_labels[keep],
-        cfg.batch_size // world_size,
+        recipe.batch_size // world_size,
         device,
         shuffle=True,
-        drop_last=len(keep) > cfg.batch_size or world_size > 1,
-        seed=cfg.seed,
+        drop_last=len(keep) > recipe.batch_size or world_size > 1,
+        seed=recipe.seed,
         rank=rank,
         world_size=world_size,
-        repeats=cfg.repeated_aug,
+        repeats=recipe.repeated_aug,
     )
     shard = dict(rank=rank, world_size=world_size)  # under DDP each rank evaluates its shard of the test set
-    test = DeviceLoader(dataset.test_images, dataset.test_labels, cfg.eval_batch_size, device, **shard)
-    augment = device_augmentation(cfg, dataset.mean, dataset.std, pair(img_size)).to(device)
+    test = DeviceLoader(dataset.test_images, dataset.test_labels, recipe.eval_batch_size, device, **shard)
+    augment = device_augmentation(recipe.augment, dataset.mean, dataset.std, pair(img_size)).to(device)
     eval_transform = BatchAugment(dataset.mean, dataset.std, pair(img_size)).to(device)
     return DataSource("device", reason, train, test, augment, eval_transform, **common)
 
 
 def decoded_set_mode(
-    cfg: TrainConfig, device: torch.device, dataset: ImageDataset, keep: torch.Tensor
+    recipe: DataRecipe, device: torch.device, dataset: ImageDataset, keep: torch.Tensor
 ) -> tuple[str, str]:
     """Device or stream for a set its reader decoded whole (every reader but a streamed folder's), sized
     before any of it goes to the device: `auto` keeps it there when the training and test images fit
     `data_budget_gb`, else serves it per sample from host memory; `device` refuses, in one line, a set
     larger than the device's free memory instead of failing in the copy. A CPU run keeps the set where it
     was decoded: streaming it would hold the same memory and only add work."""
-    if device.type == "cpu" and cfg.data_mode == "auto":
-        return "device", f"data_mode=auto: {cfg.dataset} is decoded in host memory, where a CPU run keeps it"
+    if device.type == "cpu" and recipe.data_mode == "auto":
+        return (
+            "device",
+            f"data_mode=auto: {recipe.dataset} is decoded in host memory, where a CPU run keeps it",
+        )
     images = len(keep) * dataset.train_images[0].numel() + dataset.test_images.numel()
-    mode, reason = choose_data_mode(cfg.data_mode, images, memory_budget(cfg, device), "host memory")
+    mode, reason = choose_data_mode(recipe.data_mode, images, memory_budget(recipe, device), "host memory")
     if mode == "device" and device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
         if images > free:
             raise ConfigError(
-                f"data_mode=device: {cfg.dataset}'s decoded images need {images / 2**30:.2f} GiB but "
+                f"data_mode=device: {recipe.dataset}'s decoded images need {images / 2**30:.2f} GiB but "
                 f"{device} has {free / 2**30:.2f} GiB free; use data_mode=auto or data_mode=stream"
             )
     return mode, reason
 
 
-def device_augmentation(cfg: TrainConfig, mean: tuple, std: tuple, img_size: tuple[int, int]) -> BatchAugment:
+def device_augmentation(
+    augment: AugmentRecipe, mean: tuple, std: tuple, img_size: tuple[int, int]
+) -> BatchAugment:
     return BatchAugment(
         mean,
         std,
         img_size,
         train=True,
-        crop_padding=cfg.crop_padding,
-        hflip=cfg.hflip,
-        randaugment_n=cfg.randaugment_n,
-        randaugment_m=cfg.randaugment_m,
-        randaugment_mstd=cfg.randaugment_mstd,
-        random_erasing=cfg.random_erasing,
-        randaugment_policy=cfg.randaugment_policy,
-        resized_crop_scale=cfg.resized_crop_scale,
+        crop_padding=augment.crop_padding,
+        hflip=augment.hflip,
+        randaugment_n=augment.randaugment_n,
+        randaugment_m=augment.randaugment_m,
+        randaugment_mstd=augment.randaugment_mstd,
+        random_erasing=augment.random_erasing,
+        randaugment_policy=augment.randaugment_policy,
+        resized_crop_scale=augment.resized_crop_scale,
     )
 
 
-def stream_recipe(cfg: TrainConfig, img_size: int, mean: tuple, std: tuple, in_chans: int) -> StreamRecipe:
-    """timm's transforms for this config: DeiT's when the preset asks for its pieces."""
-    if cfg.randaugment_n and cfg.randaugment_policy != "timm":
+def stream_recipe(
+    augment: AugmentRecipe, img_size: int, mean: tuple, std: tuple, in_chans: int
+) -> StreamRecipe:
+    """timm's transforms for this augmentation: DeiT's when the preset asks for its pieces."""
+    if augment.randaugment_n and augment.randaugment_policy != "timm":
         raise ConfigError(
             "the streamed path applies timm's RandAugment; use randaugment_policy=timm or data_mode=device"
         )
-    if cfg.crop_padding:
+    if augment.crop_padding:
         raise ConfigError(
             "the streamed path crops with resized_crop_scale (timm's RandomResizedCrop), not "
             "crop_padding; set crop_padding=0 or data_mode=device"
         )
     randaugment = None
-    if cfg.randaugment_n:
-        mstd = f"-mstd{cfg.randaugment_mstd:g}" if cfg.randaugment_mstd else ""
-        randaugment = f"rand-m{cfg.randaugment_m:g}-n{cfg.randaugment_n}{mstd}-inc1"
-    if cfg.resized_crop_scale is None:  # no random crop: the central square, resized (timm's fallback)
+    if augment.randaugment_n:
+        mstd = f"-mstd{augment.randaugment_mstd:g}" if augment.randaugment_mstd else ""
+        randaugment = f"rand-m{augment.randaugment_m:g}-n{augment.randaugment_n}{mstd}-inc1"
+    if augment.resized_crop_scale is None:  # no random crop: the central square, resized (timm's fallback)
         crop_scale, crop_ratio = (1.0, 1.0), (1.0, 1.0)
     else:
-        crop_scale, crop_ratio = (cfg.resized_crop_scale, 1.0), (3 / 4, 4 / 3)
+        crop_scale, crop_ratio = (augment.resized_crop_scale, 1.0), (3 / 4, 4 / 3)
     return StreamRecipe(
         img_size=img_size,
         mean=tuple(mean),
@@ -270,39 +291,39 @@ def stream_recipe(cfg: TrainConfig, img_size: int, mean: tuple, std: tuple, in_c
         in_chans=in_chans,
         crop_scale=crop_scale,
         crop_ratio=crop_ratio,
-        hflip=cfg.hflip,
+        hflip=augment.hflip,
         randaugment=randaugment,
-        random_erasing=cfg.random_erasing,
-        crop_pct=cfg.crop_pct,
+        random_erasing=augment.random_erasing,
+        crop_pct=augment.crop_pct,
     )
 
 
 def stream_loaders(
-    cfg: TrainConfig,
+    recipe: DataRecipe,
     train_set: StreamingImages,
     test_set: StreamingImages,
     rank: int,
     world_size: int,
     device: torch.device,
 ) -> tuple[StreamLoader, StreamLoader]:
-    workers = decoding_workers(cfg.workers)  # this rank's share of the cores (LOCAL_WORLD_SIZE ranks)
+    workers = decoding_workers(recipe.workers)  # this rank's share of the cores (LOCAL_WORLD_SIZE ranks)
     pin = device.type == "cuda"
     train = StreamLoader(
         train_set,
-        cfg.batch_size // world_size,
-        seed=cfg.seed,
+        recipe.batch_size // world_size,
+        seed=recipe.seed,
         shuffle=True,
         drop_last=True,
         rank=rank,
         world_size=world_size,
-        repeats=cfg.repeated_aug,
+        repeats=recipe.repeated_aug,
         num_workers=workers,
         pin_memory=pin,
         device=device,
     )
     test = StreamLoader(  # under DDP each rank evaluates its shard (see train/evaluation.py)
         test_set,
-        cfg.eval_batch_size,
+        recipe.eval_batch_size,
         rank=rank,
         world_size=world_size,
         num_workers=workers,
@@ -328,7 +349,7 @@ def folder_statistics(
 
 
 def streamed_folder(
-    cfg: TrainConfig,
+    recipe: DataRecipe,
     files: FolderSplits,
     in_chans: int,
     reason: str,
@@ -338,22 +359,24 @@ def streamed_folder(
 ) -> DataSource:
     """A class-per-folder dataset streamed from disk, images at their own size until the crop."""
     labels = torch.tensor(files.train_labels)
-    keep = stratified_subset(labels, cfg.train_fraction, cfg.per_class, cfg.seed, cfg.subset_order).tolist()
+    keep = stratified_subset(
+        labels, recipe.train_fraction, recipe.per_class, recipe.seed, recipe.subset_order
+    ).tolist()
     mean, std = folder_statistics([files.train_paths[i] for i in keep], in_chans)
-    img_size = cfg.img_size or 224
-    recipe = stream_recipe(cfg, img_size, mean, std, in_chans)
+    img_size = recipe.img_size or 224
+    transforms = stream_recipe(recipe.augment, img_size, mean, std, in_chans)
     train_set = StreamingImages(
-        [files.train_paths[i] for i in keep], labels[keep].tolist(), recipe.train_transform(), in_chans
+        [files.train_paths[i] for i in keep], labels[keep].tolist(), transforms.train_transform(), in_chans
     )
-    test_set = StreamingImages(files.test_paths, files.test_labels, recipe.eval_transform(), in_chans)
-    loaders = stream_loaders(cfg, train_set, test_set, rank, world_size, device)
-    init_set = StreamingImages(train_set.source, train_set.labels, recipe.eval_transform(), in_chans)
+    test_set = StreamingImages(files.test_paths, files.test_labels, transforms.eval_transform(), in_chans)
+    loaders = stream_loaders(recipe, train_set, test_set, rank, world_size, device)
+    init_set = StreamingImages(train_set.source, train_set.labels, transforms.eval_transform(), in_chans)
     return DataSource(
         "stream",
         reason,
         *loaders,
-        recipe.device_augment(True).to(device),
-        recipe.device_augment(False).to(device),
+        transforms.device_augment(True).to(device),
+        transforms.device_augment(False).to(device),
         classes=files.classes,
         in_chans=in_chans,
         img_size=img_size,
@@ -361,4 +384,5 @@ def streamed_folder(
         std=std,
         train_size=len(keep),
         init_set=init_set,
+        crop_pct=recipe.augment.crop_pct,
     )

@@ -43,9 +43,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from convinit.data.epoch_order import epoch_indices
 from convinit.data.image_files import UNREADABLE, to_mode, unreadable_image
-from convinit.data.torchvision_pair import needs_torchvision
 from convinit.errors import DataError
-from convinit.runs.parent_death import die_with_worker_parent
+from convinit.system.parent_death import die_with_worker_parent
+from convinit.system.torchvision_pair import needs_torchvision
 
 # DeiT's RandAugment string (timm's 0-10 magnitude scale; "inc1": the magnitude-increasing ops).
 DEIT_RANDAUGMENT = "rand-m9-mstd0.5-inc1"

@@ -13,15 +13,11 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from convinit.config import TrainConfig, load_config
-from convinit.data.source import build_data
+from convinit.config import TrainConfig
 from convinit.errors import ConfigError
 from convinit.experiments.grid import slug
 from convinit.runs.checkpoint import latest_checkpoint, load_weights
-from convinit.train.plan import build_model
-from convinit.train.rng import seed_everything
-from convinit.train.run_builder import init_images, initialize_model
-from convinit.train.threads import set_run_threads
+from convinit.train.opening import open_run
 
 
 def has_attention(model: nn.Module) -> bool:
@@ -43,15 +39,10 @@ class RunModel:
 
 
 def model_at_init(run_dir: Path) -> RunModel:
-    """The run's model at step 0, rebuilt in the trainer's order (seed, data, model, init), on the CPU."""
-    cfg = load_config(run_dir / "config.yaml")
-    set_run_threads(cfg.threads, run_dir, resume=True)  # an init fitted on images sums as the run's did
-    seed_everything(cfg.seed, deterministic=False)
-    data = build_data(cfg, torch.device("cpu"))
-    model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
-    images = init_images(data)
-    report = initialize_model(cfg, model, images)
-    return RunModel(cfg, model.eval(), data.test_batch(1, torch.device("cpu")), images, report)
+    """The run's model at step 0, reopened in the builder's order (seed, data, model, init), on the CPU."""
+    run = open_run(run_dir, at="init")
+    image = run.data.test_batch(1, torch.device("cpu"))
+    return RunModel(run.cfg, run.model.eval(), image, run.init_images, run.init_report)
 
 
 def describe(run: RunModel) -> str:

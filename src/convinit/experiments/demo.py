@@ -26,7 +26,7 @@ from convinit.experiments.grid import slug
 from convinit.experiments.report import find_runs, plot_curves, summarise
 from convinit.runs.provenance import provenance
 from convinit.runs.signals import continue_with
-from convinit.share.folder_publish import writable_folder
+from convinit.system.folder_publish import writable_folder
 from convinit.train import train, validate
 
 # what a demo folder holds: a rerun resumes in it (finished methods are skipped)

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from convinit.config import merge, resolve_config
-from convinit.data.datasets import dataset_options, load_dataset
+from convinit.data.datasets import load_dataset
 from convinit.data.subsets import stratified_subset
 from convinit.errors import ConfigError
 from convinit.experiments.grid import RunSpec, flatten, slug
 from convinit.experiments.report import find_runs
+from convinit.train.plan import data_recipe
 
 DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -44,7 +45,7 @@ def efficiency_runs(
         except ConfigError as exc:  # name the method: several may share a preset
             raise ConfigError(f"--method {label}: {exc}") from exc
         labels = load_dataset(
-            base.dataset, base.data_dir, base.download, **dataset_options(base)
+            base.dataset, base.data_dir, base.download, **data_recipe(base).options
         ).train_labels
         for fraction in fractions:
             if not 0 < fraction <= 1:

@@ -26,10 +26,10 @@ from convinit.analysis.init_summary import init_markdown, init_rows
 from convinit.config import load_config
 from convinit.errors import ConfigError
 from convinit.experiments.paired import paired_difference
-from convinit.runs.atomic import atomic_write_text, atomic_writer
 from convinit.runs.metrics import read_metrics
-from convinit.runs.read_back import read_capped, short_repr
 from convinit.runs.track_log import TRACK_FILE, TRACK_ROW_KEYS
+from convinit.system.atomic import atomic_write_text, atomic_writer
+from convinit.system.read_back import read_capped, short_repr
 
 # config keys that do not change what a run trains: runs differing only in these share a row
 NOT_THE_EXPERIMENT = {

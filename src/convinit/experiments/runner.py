@@ -30,12 +30,12 @@ from typing import Any
 from convinit.config import config_differences, load_config, save_config, say_notes
 from convinit.errors import ConfigError, ConvinitError
 from convinit.experiments.grid import RunSpec
-from convinit.runs import parent_death as lifetime
-from convinit.runs.atomic import atomic_write_text
 from convinit.runs.checkpoint import latest_checkpoint
 from convinit.runs.ownership import own_run_dir
 from convinit.runs.provenance import provenance
 from convinit.runs.signals import RunInterrupted
+from convinit.system import parent_death as lifetime
+from convinit.system.atomic import atomic_write_text
 from convinit.train import train
 from convinit.train.threads import CONCURRENT_RUNS_ENV
 

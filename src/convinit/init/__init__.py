@@ -25,7 +25,7 @@ from convinit.init.inputs import (
     trial_forward,
 )
 from convinit.init.measure import untargeted_real_pass
-from convinit.init.registry import SCHEMES, list_schemes, register_scheme
+from convinit.init.registry import SCHEMES, InitSpec, init_spec, list_schemes, register_scheme
 
 
 def initialize(
@@ -44,7 +44,8 @@ def initialize(
     holding NaN/inf weights. All or nothing: if the scheme fails, or reports a NaN or inf figure, every
     parameter and buffer of the model is put back as it was before the error is raised.
     """
-    fn = SCHEMES.get(scheme)  # a ConfigError listing the schemes if there is none of that name
+    init_spec(scheme, options)  # an unknown scheme or option: one ConfigError line, the model untouched
+    fn = SCHEMES.get(scheme)
     if not isinstance(model, nn.Module):
         raise ConfigError(f"initialize takes a torch.nn.Module, got {type(model).__name__}")
     check_weights(model)
@@ -81,4 +82,4 @@ def complete_report(
     return report
 
 
-__all__ = ["initialize", "list_schemes", "register_scheme"]
+__all__ = ["InitSpec", "init_spec", "initialize", "list_schemes", "register_scheme"]

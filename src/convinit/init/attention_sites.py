@@ -17,8 +17,8 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.init.filters import Grid
 from convinit.init.hf_attention_sites import hf_grid, hf_heads, hf_layers, hf_projections, hf_vit_backbone
+from convinit.models.filters import Grid
 from convinit.models.layers import posemb_sincos_2d
 from convinit.models.vit import FreeAttention, SimpleViT
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from convinit.errors import ConfigError
-from convinit.init.filters import Grid, grid_coords
 from convinit.init.targets import Targets
+from convinit.models.filters import Grid, grid_coords
 
 RIDGE = 1e-6  # added to the content covariance, relative to the signal's power per dimension
 

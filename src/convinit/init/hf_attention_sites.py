@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.init.filters import Grid
+from convinit.models.filters import Grid
 
 
 def hf_vit_backbone(model: nn.Module) -> nn.Module | None:

@@ -22,11 +22,12 @@ import torch.nn as nn
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import AttentionSlot, attention_slots
 from convinit.init.block_runner import BlockRunner
-from convinit.init.filters import Offset, grid_coords
 from convinit.init.targets import Targets, row_figures
+from convinit.models.filters import Offset, grid_coords
 
 LOW_MASS = 0.2  # below this real-pass target mass the report warns: the maps are not convolutions
 MEASURE_TOKENS = 2048  # patch tokens of real images a real-pass report measures (ViT-Ti/2: 8 images)
+FIT_TOKENS = 4096  # patch tokens of real images a layer is fitted on (ViT-Ti/2: 16 images; 7x7 grid: 84)
 
 
 def qk_inputs(
@@ -181,3 +182,15 @@ def untargeted_real_pass(model: nn.Module, images: torch.Tensor) -> dict[str, An
         return None
     check_images(images)
     return real_pass_quality(model, slots, images_for(MEASURE_TOKENS, slots[0].grid, images))
+
+
+def split_batch(images: torch.Tensor, held_out: float, grid) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images fitted on, images held apart): the last `held_out` share of the batch (at least one
+    image when held_out > 0 and the batch has two) is held apart; of each part, the first images
+    holding FIT_TOKENS (fitted) and MEASURE_TOKENS (held apart) patch tokens are used."""
+    check_images(images)
+    held = min(len(images) - 1, max(1, round(held_out * len(images)))) if held_out > 0 else 0
+    cut = len(images) - held
+    return images_for(FIT_TOKENS, grid, images[:cut]), images[cut:][
+        : len(images_for(MEASURE_TOKENS, grid, images[cut:]))
+    ]

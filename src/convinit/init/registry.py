@@ -2,30 +2,94 @@
 
 The registry imports that package's modules the first time it is asked for a name, so a new scheme is
 one new file in `init/schemes/` and nothing else names it; `convinit.init.initialize` looks it up.
+What a scheme accepts is read from its signature (and, for a scheme that takes `**options`, from the
+options dataclass it registers with), so `init_spec` can refuse an unknown scheme or option before a
+run folder, its data or its model exist.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from convinit.errors import ConfigError
+from convinit.naming.did_you_mean import suggestion
 from convinit.naming.registry import Registry
 
 Scheme = Callable[..., dict[str, Any]]  # (model, **options) -> report
+SUPPLIED = ("model", "images")  # what `initialize` passes itself; never an option a user sets
 
 
 def unknown_scheme(typed: str, names: list[str]) -> str:
-    """The refusal of a scheme name: every scheme, since there are few."""
-    return f"unknown init scheme {typed!r}; choose one of: {', '.join(names)}"
+    """The refusal of a scheme name: the closest names, then every scheme (there are few)."""
+    hint, listing = suggestion(typed, names), f"choose one of: {', '.join(names)}"
+    return (
+        f"unknown init scheme {typed!r}{hint} ({listing})"
+        if hint
+        else f"unknown init scheme {typed!r}; {listing}"
+    )
 
 
 SCHEMES: Registry[Scheme] = Registry("init scheme", "convinit.init.schemes", unknown=unknown_scheme)
 
 
-def register_scheme(name: str) -> Callable[[Scheme], Scheme]:
-    """Decorator: register `fn(model, **options) -> report` as init scheme `name`."""
-    return SCHEMES.register(name)
+def register_scheme(name: str, options: type | None = None) -> Callable[[Scheme], Scheme]:
+    """Decorator: register `fn(model, **options) -> report` as init scheme `name`. A scheme that takes
+    `**options` names the dataclass that parses them (`options`), whose fields are then accepted too and
+    whose construction checks their values."""
+
+    def decorate(fn: Scheme) -> Scheme:
+        fn.options_type = options  # type: ignore[attr-defined]
+        return SCHEMES.add(name, fn)
+
+    return decorate
 
 
 def list_schemes() -> list[str]:
     return SCHEMES.names()
+
+
+def scheme_options(fn: Scheme) -> list[str]:
+    """The option names scheme `fn` accepts: its keyword parameters and its options dataclass's fields."""
+    names = [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in SUPPLIED
+    ]
+    parsed = getattr(fn, "options_type", None)
+    return names + ([f.name for f in dataclasses.fields(parsed)] if parsed is not None else [])
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    """An init scheme and its options, checked against what the scheme accepts (`init_spec`)."""
+
+    scheme: str
+    options: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def accepts(self, option: str) -> bool:
+        return option in scheme_options(SCHEMES.get(self.scheme))
+
+
+def init_spec(scheme: str, options: dict[str, Any] | None = None) -> InitSpec:
+    """The spec of `scheme` with `options`; one-line ConfigError for an unknown scheme, an option it does
+    not take (with the closest names), or a value its options dataclass refuses. Builds no model."""
+    if not isinstance(scheme, str):
+        raise ConfigError(f"init must name a scheme ({', '.join(list_schemes())}), got {scheme!r}")
+    fn = SCHEMES.get(scheme)  # unknown: a ConfigError naming the closest schemes
+    options = dict(options or {})
+    accepted = scheme_options(fn)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        hint = suggestion(unknown[0], accepted) if len(unknown) == 1 else ""
+        listing = f"it accepts: {', '.join(accepted)}"
+        listing = f" ({listing})" if hint else f"; {listing}"
+        raise ConfigError(f"{scheme} init takes no option {', '.join(unknown)}{hint}{listing}")
+    parsed = getattr(fn, "options_type", None)
+    if parsed is not None:
+        names = {f.name for f in dataclasses.fields(parsed)}
+        parsed(**{key: value for key, value in options.items() if key in names})  # its own value checks
+    return InitSpec(scheme, options)

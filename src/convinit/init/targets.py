@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from convinit.init.filters import (
+from convinit.models.filters import (
     Grid,
     Offset,
     centre_first_offsets,

@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.init.filters import assign_heads, check_kernel_size, filter_bank, fixed_filter_scale
+from convinit.models.filters import assign_heads, check_kernel_size, filter_bank, fixed_filter_scale
 from convinit.models.layers import check_positive, patch_grid
 from convinit.models.pretrained import PretrainedMixin
 from convinit.models.registry import FAMILIES, Family

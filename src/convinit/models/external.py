@@ -18,9 +18,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from convinit.data.torchvision_pair import needs_torchvision
 from convinit.errors import ConfigError
 from convinit.models.registry import create_model
+from convinit.system.torchvision_pair import needs_torchvision
 
 PREFIXES = ("timm:", "hf:")
 HF_MODELS = ("vit",)

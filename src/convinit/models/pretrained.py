@@ -29,8 +29,8 @@ from safetensors.torch import load_model, save_model
 from convinit.errors import ConfigError
 from convinit.models.external import build_model_by_name, is_external
 from convinit.models.registry import list_models
-from convinit.runs.read_back import short_repr
-from convinit.share.folder_publish import publish_folder
+from convinit.system.folder_publish import publish_folder
+from convinit.system.read_back import short_repr
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"

@@ -1,2 +1,2 @@
-"""A run folder's life: layout, ownership, atomic files, checkpoints, metrics, signals, loggers,
-provenance and the preprocessing record."""
+"""A run folder's files: layout and refusals, ownership, checkpoints, metrics, the tracker log, signals,
+provenance and the preprocessing record (what the run's model takes as input)."""

@@ -39,8 +39,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from convinit.errors import ConfigError
-from convinit.runs.atomic import fsync_dir
 from convinit.runs.ownership import check_still_owner, removing_checkpoints
+from convinit.system.atomic import fsync_dir
 
 KEEP = 2
 MANIFEST = "manifest.json"

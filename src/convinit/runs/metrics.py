@@ -15,9 +15,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from convinit.runs.atomic import atomic_write_text
 from convinit.runs.ownership import check_still_owner
-from convinit.runs.read_back import LOG_LIMIT, read_capped, short_repr
+from convinit.system.atomic import atomic_write_text
+from convinit.system.read_back import LOG_LIMIT, read_capped, short_repr
 
 
 def read_metrics(path: Path, required: tuple[str, ...] = ("epoch",)) -> list[dict[str, Any]]:

@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from convinit.config import TrainConfig
 from convinit.data.source import DataSource
 from convinit.errors import ConfigError
 from convinit.models.layers import pair
@@ -28,14 +27,14 @@ from convinit.models.pretrained import (
     nesting_depth,
     preprocess_problem,
 )
-from convinit.runs.atomic import atomic_write_text
-from convinit.runs.read_back import read_capped, short_repr
+from convinit.system.atomic import atomic_write_text
+from convinit.system.read_back import read_capped, short_repr
 
 RECORD = "preprocessing.json"
 STREAM_INTERPOLATION = "bicubic"  # StreamRecipe's, which the streamed path evaluates with
 
 
-def eval_preprocess(data: DataSource, cfg: TrainConfig) -> dict[str, Any]:
+def eval_preprocess(data: DataSource) -> dict[str, Any]:
     """How the run's evaluation turns an image file into the model's input, before normalising.
 
     `stretch`: decoded (bilinear) to `decode_size`, the size the set was decoded to, then resized to the
@@ -46,13 +45,13 @@ def eval_preprocess(data: DataSource, cfg: TrainConfig) -> dict[str, Any]:
         return {
             "resize": "center_crop",
             "crop_size": pair(data.img_size)[0],
-            "crop_pct": cfg.crop_pct,
+            "crop_pct": data.crop_pct,
             "interpolation": STREAM_INTERPOLATION,
         }
     return {"resize": "stretch", "decode_size": list(data.test.images.shape[2:])}  # (H, W)
 
 
-def data_record(data: DataSource, cfg: TrainConfig) -> dict[str, Any]:
+def data_record(data: DataSource) -> dict[str, Any]:
     """The record of `data`: read from the data source's own attributes, as the run trains with them."""
     img_size = data.img_size
     test_images = len(data.test.images) if hasattr(data.test, "images") else len(data.test.dataset)
@@ -63,14 +62,14 @@ def data_record(data: DataSource, cfg: TrainConfig) -> dict[str, Any]:
         "img_size": list(img_size) if isinstance(img_size, tuple) else img_size,
         "mean": [float(v) for v in data.mean],
         "std": [float(v) for v in data.std],
-        "preprocess": eval_preprocess(data, cfg),
+        "preprocess": eval_preprocess(data),
         "train_images": data.train_size,
         "test_images": test_images,
     }
 
 
-def write_data_record(run_dir: Path, data: DataSource, cfg: TrainConfig) -> None:
-    atomic_write_text(Path(run_dir) / RECORD, json.dumps(data_record(data, cfg), indent=1))
+def write_data_record(run_dir: Path, data: DataSource) -> None:
+    atomic_write_text(Path(run_dir) / RECORD, json.dumps(data_record(data), indent=1))
 
 
 def read_data_record(run_dir: Path) -> dict[str, Any] | None:
@@ -136,15 +135,3 @@ def record_problem(record: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             return f"field {key!r} must be a count of images, got {short_repr(value)}"
     return None
-
-
-def run_data_record(run_dir: Path, cfg: TrainConfig) -> dict[str, Any]:
-    """The record, or for a run without one the data source rebuilt from its config (on the CPU)."""
-    record = read_data_record(run_dir)
-    if record is not None:
-        return record
-    import torch
-
-    from convinit.data.source import build_data
-
-    return data_record(build_data(cfg, torch.device("cpu")), cfg)

@@ -9,6 +9,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from convinit.system.version import VERSION
+
 
 @lru_cache(maxsize=1)
 def git_commit() -> str:
@@ -35,10 +37,8 @@ def git_commit() -> str:
 def provenance() -> dict[str, Any]:
     import torch
 
-    from convinit import __version__
-
     return {
-        "convinit_version": __version__,
+        "convinit_version": VERSION,
         "git_commit": git_commit(),
         "torch_version": torch.__version__,
         "python": platform.python_version(),

@@ -13,8 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from convinit.runs.atomic import atomic_write_text
 from convinit.runs.metrics import read_metrics
+from convinit.system.atomic import atomic_write_text
 
 TRACK_FILE = "track.jsonl"
 TRACK_ROW_KEYS = ("epoch", "step")  # every row holds both (`read_metrics` skips one that does not)

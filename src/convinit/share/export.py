@@ -3,22 +3,18 @@ model card generated from the run (see `convinit.share.model_card`); optionally 
 
 from __future__ import annotations
 
-import math
 import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import torch
 import torch.nn as nn
 
-from convinit.config import load_config
 from convinit.errors import ConfigError
 from convinit.models.pretrained import FOLDER_FILES, is_repo_id, push_to_hub, save_pretrained
-from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
-from convinit.runs.ownership import reading_checkpoints
-from convinit.runs.preprocessing_record import run_data_record
-from convinit.share.folder_publish import writable_folder
 from convinit.share.model_card import run_model_card
-from convinit.train.plan import build_model
+from convinit.system.folder_publish import writable_folder
+from convinit.train.opening import open_run, saved_config
 
 CONNECT_TIMEOUT = 10  # seconds to reach the Hub before a push is given up
 EXPORTED = ("classes", "mean", "std", "img_size", "preprocess")  # from the run's record into config.json
@@ -33,27 +29,17 @@ def export_run(
     `push_to_hub` (`user/name`, with the token of `hf auth login`) if given.
     """
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(
-            f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
-        )
+    saved_config(run_dir)  # not a run folder: said before the destination is checked
     if out is not None:
         writable_folder(Path(out), FOLDER_FILES)  # before the data is read: a bad destination fails now
     if push_to_hub is not None and not is_repo_id(push_to_hub):
         raise ConfigError(f"--push-to-hub wants a Hub name user/name, got {push_to_hub!r}")
-    cfg = load_config(run_dir / "config.yaml")
-    record = run_data_record(run_dir, cfg)  # what the run trained with, never recomputed
-    img_size = tuple(record["img_size"]) if isinstance(record["img_size"], list) else record["img_size"]
-    model = build_model(cfg, len(record["classes"]), record["in_chans"], img_size)
-    with reading_checkpoints(run_dir):  # a training run cannot prune it while it is read
-        checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is None:
-            raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
-        load_weights(model, checkpoint)
-        epoch = int(math.floor(load_train_state(checkpoint)["epoch"]))
+    run = open_run(run_dir, data=False)  # its record: what the run trained with, never recomputed
+    cfg, record = run.cfg, run.record
+    model = run.model.to(memory_format=torch.contiguous_format)  # a channels_last run's weights, saved plain
     metadata = {"dataset": cfg.dataset, **{k: record[k] for k in EXPORTED}}
     model.pretrained_config = {"model": cfg.model, **metadata}
-    model.model_card = run_model_card(run_dir, cfg, record, epoch)
+    model.model_card = run_model_card(run_dir, cfg, record, run.epoch)
     if out is not None:
         save_pretrained(model, out)
     if push_to_hub is not None:

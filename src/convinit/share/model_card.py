@@ -18,7 +18,7 @@ from convinit.config import KEYS, TrainConfig, resolve_config
 from convinit.models.pretrained import USAGE
 from convinit.runs.metrics import MetricsLog
 from convinit.runs.provenance import provenance
-from convinit.runs.read_back import read_capped
+from convinit.system.read_back import read_capped
 
 RECIPE_KEYS = (
     "epochs", "batch_size", "optimizer", "lr", "weight_decay", "schedule", "warmup_epochs", "min_lr",

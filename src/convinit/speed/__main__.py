@@ -1,8 +1,9 @@
-"""`python -m convinit.speed ...` is `convinit bench ...`."""
+"""`python -m convinit.speed ...` is `convinit bench ...` (run through the package's entry point, which
+stands above this layer)."""
 
+import runpy
 import sys
 
-from convinit.cli import main
-
 if __name__ == "__main__":
-    sys.exit(main(["bench", *sys.argv[1:]]))
+    sys.argv = ["convinit", "bench", *sys.argv[1:]]
+    runpy.run_module("convinit", run_name="__main__")

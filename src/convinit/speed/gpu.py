@@ -74,10 +74,10 @@ def synchronize(device: torch.device) -> None:
 def run_config(preset: str, overrides: list[str], data: dict[str, str]):
     """(config, data source, step parts) of a run built as `convinit train` builds it."""
     from convinit.config import resolve_config
-    from convinit.data.source import build_data
     from convinit.train.device import configure_cuda_math
     from convinit.train.distributed import DistributedContext
-    from convinit.train.plan import build_model, resolve_plan
+    from convinit.train.opening import open_data, open_model, source_shape
+    from convinit.train.plan import resolve_plan
     from convinit.train.run_builder import step_parts
 
     streamed = "data_mode=stream" in overrides
@@ -86,13 +86,11 @@ def run_config(preset: str, overrides: list[str], data: dict[str, str]):
     run = [f"device={data['device']}", f"batch_size={data['batch']}", f"workers={data['workers']}"]
     extra = data.get("overrides", [])
     cfg = resolve_config(preset, [*overrides, *source, *run, "repeated_aug=1", "compile=false", *extra])
-    device = torch.device(data["device"])
-    configure_cuda_math(cfg, device)
-    source = build_data(cfg, device)
-    model = build_model(cfg, source.num_classes, source.in_chans, source.img_size).to(device)
-    if cfg.channels_last:
-        model.to(memory_format=torch.channels_last)
-    return cfg, source, step_parts(resolve_plan(cfg, device), source, model, DistributedContext())
+    plan = resolve_plan(cfg, torch.device(data["device"]))
+    configure_cuda_math(cfg, plan.device)
+    source = open_data(plan)  # the builder's steps (convinit.train.opening), without a run folder
+    model = open_model(plan, source_shape(source)).to(plan.device)  # in the run's layout
+    return cfg, source, step_parts(plan, source, model, DistributedContext())
 
 
 def audit_case(name: str, data: dict[str, str], steps: int, results: Path) -> None:
@@ -102,7 +100,7 @@ def audit_case(name: str, data: dict[str, str], steps: int, results: Path) -> No
     cfg, source, parts = run_config(*AUDIT_CASES[name], data)
     device = torch.device(data["device"])
     totals, batches = StepTotals(device), iter(source.train)
-    train_step(parts, totals, *next(batches), 0)  # lazy state: optimiser moments, kornia's modules
+    train_step(parts, totals, *next(batches), 0)  # lazy state: optimiser moments, per-size tables
     synchronize(device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -136,7 +134,7 @@ def build_pair(family: str, size: int, impl: str) -> nn.Module:
     ours, theirs, timm_args = STEP_MODELS[family]
     shape = {"img_size": size, "patch_size": PATCH[size], "num_classes": 10}
     if impl == "convinit":
-        from convinit import create_model
+        from convinit.models.registry import create_model
 
         return create_model(ours, **shape)
     import timm

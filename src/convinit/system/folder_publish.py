@@ -25,7 +25,7 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 from convinit.errors import ConfigError
-from convinit.runs.atomic import fsync_dir  # flushes a file, or a folder's entries
+from convinit.system.atomic import fsync_dir  # flushes a file, or a folder's entries
 
 FILE_MODE = 0o644
 FOLDER_MODE = 0o755

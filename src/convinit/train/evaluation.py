@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -11,17 +10,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.optim.swa_utils import AveragedModel
 
-from convinit.config import load_config
-from convinit.data.source import build_data
-from convinit.errors import ConfigError
-from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
-from convinit.runs.ownership import reading_checkpoints
-from convinit.train.device import autocast_dtype, memory_format, resolve_device
+from convinit.train.device import resolve_device
 from convinit.train.distributed import DistributedContext
-from convinit.train.plan import build_model
-from convinit.train.threads import set_run_threads
+from convinit.train.opening import open_run
 
 
 @torch.no_grad()
@@ -69,31 +61,12 @@ def run_trackers(model: nn.Module, names: list[str], images: torch.Tensor) -> di
 
 
 def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -> dict[str, float]:
-    """Test loss and accuracy of a run's newest intact checkpoint, read as the run reads its test set."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(
-            f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
-        )
-    cfg = load_config(run_dir / "config.yaml")
-    set_run_threads(cfg.threads, run_dir, resume=True)  # the run's own count: its sums, to the digit
-    dev = resolve_device(device)
-    data = build_data(cfg, dev)
-    model = build_model(cfg, data.num_classes, data.in_chans, data.img_size)
-    target = AveragedModel(model, use_buffers=True) if ema else model
-    with reading_checkpoints(run_dir):  # a training run cannot prune it while it is read
-        checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is None:
-            raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
-        if ema and not (checkpoint / "ema.safetensors").exists():
-            raise ConfigError(f"{run_dir} was trained without EMA (ema_decay); drop --ema")
-        load_weights(target, checkpoint, ema=ema)
-        epoch = int(math.floor(load_train_state(checkpoint)["epoch"]))
-    target.to(dev)
-    if cfg.channels_last:
-        target.to(memory_format=torch.channels_last)
-    loss, acc = evaluate(target, data.test, data.eval_transform, autocast_dtype(cfg, dev), memory_format(cfg))
-    return {"checkpoint": str(checkpoint), "test_loss": loss, "test_acc": acc, "epoch": epoch}
+    """Test loss and accuracy of a run's newest intact checkpoint, read as the run reads its test set,
+    in its precision and layout, with its own thread count (its sums, to the digit)."""
+    run = open_run(run_dir, resolve_device(device), ema=ema)
+    data, plan = run.data, run.plan
+    loss, acc = evaluate(run.model, data.test, data.eval_transform, plan.dtype, plan.layout)
+    return {"checkpoint": str(run.checkpoint), "test_loss": loss, "test_acc": acc, "epoch": run.epoch}
 
 
 def evaluation_line(result: dict[str, float | str], ema: bool = False) -> str:

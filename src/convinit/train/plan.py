@@ -9,6 +9,9 @@ which reads these decisions and takes none of them again:
   for the built-in sets; a folder's or a Hub dataset's is known only once read, and the builder
   completes the plan from the data it reads (`RunPlan.model_for`);
 - the model: its name and every constructor argument (`ModelSpec`);
+- the data recipe (`DataRecipe`: which images, which subset, how served and augmented) and the init spec
+  (`InitSpec`: the scheme and its options, checked against the scheme's signature by `validate`): the
+  typed parts the data and init layers take, so that no layer below `train/` reads the configuration;
 - the largest batch the training set can form (what the memory guard sizes activations by).
 
 Why the model is constructed on the meta device in validation and for real in the builder, rather than
@@ -24,7 +27,7 @@ checked by a CPU construction in validation whose weights are thrown away, as be
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -32,7 +35,9 @@ import torch.nn as nn
 
 from convinit.config import TrainConfig
 from convinit.data.datasets import dataset_info
+from convinit.data.recipe import AugmentRecipe, DataRecipe
 from convinit.errors import ConfigError
+from convinit.init.registry import InitSpec
 from convinit.models.arguments import culprits, refusal
 from convinit.models.external import build_model_by_name
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
@@ -96,12 +101,13 @@ class ModelSpec:
             raise refusal(self.name, self.model_args, keys, exc) from exc
 
 
-def build_model(
-    cfg: TrainConfig, num_classes: int, in_chans: int, img_size: int | tuple[int, int]
-) -> nn.Module:
-    """The configured model for data of this shape: for code that rebuilds a run's model from what the
-    run recorded (export, evaluation, figures), outside a training run's plan."""
-    return ModelSpec(cfg.model, cfg.model_args, DataShape(num_classes, in_chans, img_size)).build()
+def data_recipe(cfg: TrainConfig) -> DataRecipe:
+    """The data layer's part of `cfg`: the keys named as `DataRecipe`'s fields, and the reader's own
+    options (the keys its `DatasetInfo.options` names, e.g. hf_name)."""
+    augment = AugmentRecipe(**{f.name: getattr(cfg, f.name) for f in fields(AugmentRecipe)})
+    taken = {f.name for f in fields(DataRecipe)} - {"options", "augment"}
+    options = {key: getattr(cfg, key) for key in dataset_info(cfg.dataset).options}
+    return DataRecipe(**{key: getattr(cfg, key) for key in taken}, options=options, augment=augment)
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,8 @@ class RunPlan:
     shape: DataShape | None  # None until the data is read (folders, Hub datasets)
     model: ModelSpec | None  # None while the shape is unknown
     largest_batch: int  # the largest batch the training set can form
+    data: DataRecipe  # what the data layer takes
+    init: InitSpec  # what the init takes
 
     def model_for(self, shape: DataShape) -> ModelSpec:
         """The model for the data as read: the plan's own when the shape was known beforehand (and the
@@ -143,8 +151,9 @@ def resolve_plan(cfg: TrainConfig, device: torch.device | None = None) -> RunPla
     the config names. Resolves, checks nothing beyond the device name: `validate` does the checking."""
     device = training_device(cfg.device) if device is None else device
     formats = (autocast_dtype(cfg, device), memory_format(cfg))
+    parts = dict(data=data_recipe(cfg), init=InitSpec(cfg.init, dict(cfg.init_args)))
     shape = known_shape(cfg)
     if shape is None:  # an unread set's size is unknown: the batch is as asked
-        return RunPlan(cfg, device, *formats, None, None, cfg.batch_size)
+        return RunPlan(cfg, device, *formats, None, None, cfg.batch_size, **parts)
     batch = largest_batch(cfg.batch_size, cfg.dataset, shape.num_classes, cfg.per_class, cfg.train_fraction)
-    return RunPlan(cfg, device, *formats, shape, ModelSpec(cfg.model, cfg.model_args, shape), batch)
+    return RunPlan(cfg, device, *formats, shape, ModelSpec(cfg.model, cfg.model_args, shape), batch, **parts)

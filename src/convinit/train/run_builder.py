@@ -25,23 +25,20 @@ from convinit.analysis.augmentation_preview import save_augmentation_preview
 from convinit.analysis.init_summary import read_init_report
 from convinit.config import TrainConfig, save_config
 from convinit.data import MixupCutmix
-from convinit.data.source import HELD_APART, INIT_BATCH, DataSource, build_data
+from convinit.data.source import DataSource
 from convinit.errors import ConfigError
-from convinit.init import initialize
-from convinit.init.schemes.mimetic import HELD_OUT
-from convinit.runs.atomic import atomic_write_text
 from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
-from convinit.runs.loggers import Trackers
 from convinit.runs.metrics import MetricsLog
 from convinit.runs.preprocessing_record import read_data_record, write_data_record
 from convinit.runs.provenance import provenance
 from convinit.runs.run_dir import prepare_run_dir, refuse_if_all_damaged
 from convinit.runs.track_log import TrackLog
-from convinit.train.device import configure_cuda_math
+from convinit.system.atomic import atomic_write_text
 from convinit.train.distributed import DistributedContext, barrier
+from convinit.train.loggers import Trackers
+from convinit.train.opening import begin, init_images, initialize_model, open_data, open_model, source_shape
 from convinit.train.optim import build_optimizer, build_scheduler
-from convinit.train.plan import DataShape, RunPlan
-from convinit.train.rng import seed_everything
+from convinit.train.plan import RunPlan
 from convinit.train.run_state import TrainState
 from convinit.train.step import DeviceEMA, StepParts, StepTotals
 from convinit.train.teacher import load_teacher
@@ -80,34 +77,6 @@ class Run:
         """The same for every epoch; measured once, since a loader's length computes its epoch order
         (with repeated augmentation, or streamed, that is a pass over the whole training set)."""
         return len(self.data.train)
-
-
-FITTED = INIT_BATCH - round(HELD_OUT * INIT_BATCH)  # 48: the images a scheme fits on, as ever
-HELD_APART_SCHEMES = ("impulse", "mimetic", "random")  # the schemes that take held_out
-
-
-def init_images(data: DataSource) -> torch.Tensor:
-    """What a run's init fits on and is measured with: the 64 training images of `init_batch` (whose
-    first 48 are fitted on), then HELD_APART more, all held apart (see `initialize_model`)."""
-    return data.init_batch(INIT_BATCH, extra=HELD_APART - (INIT_BATCH - FITTED))
-
-
-def initialize_model(
-    cfg: TrainConfig, model: nn.Module, images: torch.Tensor | None = None
-) -> dict[str, Any]:
-    """Apply the configured init scheme (fitted on and measured with real `images`); ConfigError if its
-    options are unknown or impossible. Of more than INIT_BATCH images (`init_images`), the schemes hold
-    apart all but the first FITTED, unless init_args set held_out."""
-    options = dict(cfg.init_args)
-    if images is not None and len(images) > INIT_BATCH and cfg.init in HELD_APART_SCHEMES:
-        options.setdefault("held_out", (len(images) - FITTED) / len(images))
-    try:
-        return initialize(model, cfg.init, images=images, **options)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as exc:
-        detail = " ".join(str(exc).split())
-        raise ConfigError(f"init {cfg.init!r} cannot be applied with {cfg.init_args}: {detail}") from exc
 
 
 # what a model that builds but cannot run on given images raises (see check_forward)
@@ -156,14 +125,11 @@ def check_forward(plan: RunPlan, model: nn.Module, images: torch.Tensor, num_cla
 
 
 def prepare_model(plan: RunPlan, data: DataSource, run_dir: Path, fresh: bool, is_main: bool) -> nn.Module:
-    """The run's one build of its model, from the plan's description; a fresh run initialises it and
-    writes `init_report.json`."""
-    cfg = plan.cfg
-    model = plan.model_for(DataShape(data.num_classes, data.in_chans, data.img_size)).build()
-    if cfg.channels_last:  # the input batches' layout, which the 4-D (conv) weights follow from the init on
-        model.to(memory_format=plan.layout)
+    """The run's one build of its model (`open_model`); a fresh run initialises it and writes
+    `init_report.json`."""
+    model = open_model(plan, source_shape(data))
     if fresh:  # a new run, or one killed before its first intact checkpoint: start over
-        report = initialize_model(cfg, model, init_images(data))
+        report = initialize_model(plan.init, model, init_images(data))
         model.init_report = report
         if is_main:
             atomic_write_text(run_dir / "init_report.json", json.dumps(report, indent=1, default=str))
@@ -201,7 +167,7 @@ def step_parts(plan: RunPlan, data: DataSource, model: nn.Module, ddp: Distribut
         criterion=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
         mix=MixupCutmix(data.num_classes, cfg.mixup, cfg.cutmix),
         augment=data.augment,
-        teacher=load_teacher(cfg, data.num_classes, device),
+        teacher=load_teacher(cfg.teacher, data.num_classes, device),
         ema=DeviceEMA(model, cfg.ema_decay) if cfg.ema_decay else None,
         layout=plan.layout,
         dtype=plan.dtype,
@@ -219,10 +185,8 @@ def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: 
         save_config(cfg, run_dir / "config.yaml")
         atomic_write_text(run_dir / "provenance.json", json.dumps(provenance(), indent=1))
     barrier(ddp)
-    seed_everything(cfg.seed, cfg.deterministic, ddp.rank)
-    configure_cuda_math(cfg, device)
-    threads = set_run_threads(cfg.threads, run_dir, resume, rank=ddp.rank)
-    data = build_data(cfg, device, ddp.rank, ddp.world_size)
+    threads = begin(plan, run_dir, resume, ddp.rank)
+    data = open_data(plan, ddp.rank, ddp.world_size)
     workers = getattr(data.train, "num_workers", 0)  # streamed: decoding processes share the cores
     if workers:
         threads = set_run_threads(cfg.threads, run_dir, resume, workers, ddp.rank)
@@ -230,7 +194,7 @@ def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: 
     if resume and checkpoint is None:
         refuse_if_all_damaged(run_dir)
     if ddp.is_main and (checkpoint is None or read_data_record(run_dir) is None):
-        write_data_record(run_dir, data, cfg)  # what export and predict use: the run's own input
+        write_data_record(run_dir, data)  # what export and predict use: the run's own input
     model = prepare_model(plan, data, run_dir, checkpoint is None, ddp.is_main).to(device)  # keeps the layout
     parts = step_parts(plan, data, model, ddp)
     track_images = data.test_batch(TRACK_BATCH, device)

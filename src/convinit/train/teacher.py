@@ -7,22 +7,25 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from convinit.config import TrainConfig
 from convinit.errors import ConfigError
 from convinit.models.pretrained import from_pretrained
+from convinit.train.opening import open_run
 
 
-def load_teacher(cfg: TrainConfig, num_classes: int, device: torch.device) -> nn.Module | None:
-    """The frozen teacher for hard distillation: a training run (newest checkpoint) or a saved model."""
-    if cfg.teacher is None:
+def load_teacher(teacher: str | None, num_classes: int, device: torch.device) -> nn.Module | None:
+    """The frozen teacher for hard distillation (the config's `teacher`): a training run, at its newest
+    checkpoint (opened as every run is reopened), or a saved model (`convinit export`)."""
+    if teacher is None:
         return None
-    from convinit.share.export import export_run  # here: share.export builds models through train.plan
-
-    path = Path(cfg.teacher)
-    teacher = export_run(path) if (path / "config.yaml").is_file() else from_pretrained(path)
-    classes = teacher.model_kwargs["num_classes"]
+    path = Path(teacher)
+    if (path / "config.yaml").is_file():
+        opened = open_run(path, data=False, settle=False)  # this run's generators stay as they are
+        model, classes = opened.model, len(opened.record["classes"])
+    else:
+        model = from_pretrained(path)
+        classes = model.model_kwargs["num_classes"]
     if classes != num_classes:
-        raise ConfigError(f"teacher {path} predicts {classes} classes but {cfg.dataset} has {num_classes}")
-    for param in teacher.parameters():
+        raise ConfigError(f"teacher {path} predicts {classes} classes but the training set has {num_classes}")
+    for param in model.parameters():
         param.requires_grad_(False)
-    return teacher.eval().to(device)
+    return model.eval().to(device)

@@ -35,8 +35,8 @@ import torch
 
 from convinit.config.train_config import MAX_THREADS
 from convinit.data.cores import local_ranks, positive_int, usable_cores
-from convinit.runs.atomic import atomic_write_text
-from convinit.runs.read_back import read_capped, short_repr
+from convinit.system.atomic import atomic_write_text
+from convinit.system.read_back import read_capped, short_repr
 
 CONCURRENT_RUNS_ENV = "CONVINIT_CONCURRENT_RUNS"  # a `--jobs N` grid sets N for its children
 RECORD = "threads.json"

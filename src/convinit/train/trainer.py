@@ -26,12 +26,12 @@ from tqdm.auto import tqdm
 
 from convinit.config import TrainConfig, config_differences, load_config
 from convinit.errors import ConfigError, TrainingDiverged
-from convinit.runs.atomic import atomic_write_text
 from convinit.runs.checkpoint import latest_checkpoint, save_checkpoint
 from convinit.runs.ownership import own_run_dir
 from convinit.runs.run_dir import check_run_dir_path
 from convinit.runs.signals import RunInterrupted, stop_at_step_boundary, stop_outside_the_loop
 from convinit.runs.track_log import TrackLog, track_due
+from convinit.system.atomic import atomic_write_text
 from convinit.train.device import explain_compile_failure
 from convinit.train.distributed import (
     DistributedContext,

@@ -1,9 +1,9 @@
 """The config's checks, run before any data is read or any step taken, and the plan they resolve.
 
-`validate(cfg)` refuses a config that cannot train with one line (a device that is not there, a
-missing dataset, unknown or impossible model arguments, a model too large for the machine, an unknown
-logger or tracker) and returns the `RunPlan` it resolved on the way (`convinit.train.plan`), which
-`build_run` follows without resolving any of it again.
+`validate(cfg)` refuses a config that cannot train with one line (a device that is not there, an
+unknown init scheme or option, a missing dataset, unknown or impossible model arguments, a model too
+large for the machine, an unknown logger or tracker) and returns the `RunPlan` it resolved on the way
+(`convinit.train.plan`), which `build_run` follows without resolving any of it again.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import torch
 
 from convinit.config import TrainConfig, say_notes
 from convinit.data import check_available
-from convinit.data.datasets import dataset_options
-from convinit.data.torchvision_pair import check_pair
 from convinit.errors import ConfigError
+from convinit.init.registry import init_spec
 from convinit.models.arguments import check_model_arguments
 from convinit.models.external import is_external
-from convinit.runs.loggers import check_loggers
+from convinit.system.torchvision_pair import check_pair
+from convinit.train.loggers import check_loggers
 from convinit.train.memory_guard import check_data_fits, check_fits_in_memory, check_model_args_bounded
 from convinit.train.optim import pulled_parameters
 from convinit.train.plan import RunPlan, resolve_plan
@@ -30,13 +30,14 @@ def validate(cfg: TrainConfig) -> RunPlan:
     plan the run is built from."""
     plan = resolve_plan(cfg)  # first: a device that is not there is the first thing to say
     check_pair(torchvision_use(cfg))  # a torchvision built for another torch, named with its fix
+    init_spec(plan.init.scheme, plan.init.options)  # an unknown scheme or option, before any folder exists
     if cfg.teacher is not None:
         path = Path(cfg.teacher)
         if not ((path / "config.yaml").is_file() or (path / "config.json").is_file()):
             raise ConfigError(
                 f"teacher {path} is neither a run directory nor a saved model (convinit export)"
             )
-    check_available(cfg.dataset, cfg.data_dir, cfg.download, **dataset_options(cfg))
+    check_available(cfg.dataset, cfg.data_dir, cfg.download, **plan.data.options)
     check_model_args_bounded(cfg.model_args)
     check_model_arguments(cfg.model, cfg.model_args)
     check_data_fits(cfg.dataset, cfg.data_mode, plan.device)

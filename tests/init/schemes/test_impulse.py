@@ -7,9 +7,9 @@ import torch
 
 from convinit.errors import ConfigError
 from convinit.init import initialize
-from convinit.init.filters import centre_first_offsets, impulse_conv_matrix, row_offsets, target_keys
 from convinit.init.targets import Targets, map_quality
 from convinit.models import create_model, record_attention
+from convinit.models.filters import centre_first_offsets, impulse_conv_matrix, row_offsets, target_keys
 
 DIGITS = dict(
     num_classes=10, img_size=8, in_chans=1, patch_size=1, dim=64, depth=4, heads=4, dim_head=16, mlp_dim=64

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from convinit.data.augmentation.randaugment import BatchRandAugment
 from convinit.data.augmentation.randaugment_torchvision import TorchvisionRandAugment
-from convinit.data.torchvision_pair import import_torchvision
+from convinit.system.torchvision_pair import import_torchvision
 
 RANDAUGMENT_POLICIES = ("timm", "torchvision")
 # timm's RandomErasing defaults, as DeiT uses them: area 2 %-33 %, aspect ratio 0.3-3.3, 10 attempts.

@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from convinit.data.augmentation.randaugment import equalize_lut, histogram, per_sample, sharpness_degenerate
-from convinit.data.torchvision_pair import import_torchvision
+from convinit.system.torchvision_pair import import_torchvision
 
 GEOMETRIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
 BLENDED = ("Brightness", "Color", "Contrast", "Sharpness")  # torchvision's _blend(img, degenerate, 1 + m)

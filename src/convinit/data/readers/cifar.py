@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, KnownShape, data_home, register_dataset
-from convinit.data.torchvision_pair import import_torchvision
 from convinit.errors import DataError
+from convinit.system.torchvision_pair import import_torchvision
 
 if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
     import torch

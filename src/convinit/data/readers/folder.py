@@ -144,5 +144,6 @@ register_dataset(
         how_to_obtain="set data_dir=... to a folder of class folders (DIR/<class>/*.png or DIR/train, test)",
         missing_in=missing_folder_files,
         survey=survey_folder,
+        list_files=folder_splits,
     )
 )

@@ -15,8 +15,8 @@ from typing import BinaryIO
 import numpy as np
 
 from convinit.data.datasets import DatasetInfo, Found, ImageDataset, KnownShape, data_home, register_dataset
-from convinit.data.torchvision_pair import import_torchvision
 from convinit.errors import DataError
+from convinit.system.torchvision_pair import import_torchvision
 
 SPLIT_FILES = {
     "train_images": "train-images-idx3-ubyte",

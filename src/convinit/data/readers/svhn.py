@@ -18,8 +18,8 @@ from convinit.data.datasets import (
     files_missing,
     register_dataset,
 )
-from convinit.data.torchvision_pair import import_torchvision
 from convinit.errors import DataError
+from convinit.system.torchvision_pair import import_torchvision
 
 if TYPE_CHECKING:  # torch is imported where it is used: listing datasets needs none
     import torch

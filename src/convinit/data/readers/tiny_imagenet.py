@@ -10,8 +10,8 @@ from pathlib import Path
 
 from convinit.data.datasets import DatasetInfo, ImageDataset, KnownShape, data_home, register_dataset
 from convinit.data.image_files import decode_images
-from convinit.data.torchvision_pair import import_torchvision
 from convinit.errors import DataError
+from convinit.system.torchvision_pair import import_torchvision
 
 FOLDER = "tiny-imagenet-200"
 URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"

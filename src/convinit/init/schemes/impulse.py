@@ -54,24 +54,23 @@ from convinit.init.attention_sites import (
 )
 from convinit.init.block_runner import BlockRunner
 from convinit.init.closed_form import InputStatistics, SignalBasis, closed_form_factors, quadratic_factors
-from convinit.init.filters import check_kernel_size
 from convinit.init.measure import (
     LOW_MASS,
     MEASURE_TOKENS,
-    check_images,
     images_for,
     layer_quality,
     real_pass_summary,
+    split_batch,
 )
 from convinit.init.paper_optimizer import optimize_factors
 from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, prepare_positions
 from convinit.init.registry import register_scheme
 from convinit.init.schemes.mimetic import mimetic_value_proj
 from convinit.init.targets import Targets, layer_offsets, map_quality, row_figures, smallest_gap
+from convinit.models.filters import check_kernel_size
 from convinit.models.vit import SimpleViT
 
 REST_STD = 0.02  # noise on the Q/K columns a closed form leaves unused (exact zeros never train)
-FIT_TOKENS = 4096  # patch tokens of real images a layer is fitted on (ViT-Ti/2: 16 images; 7x7 grid: 84)
 GAP_ENTRIES = 2**18  # attention entries per head (images x N x N) the logit gap is searched on
 HELD_OUT = 0.25  # share of the image batch held apart from the fit and measured on its own
 SOLVERS = ("closed_form", "optimize")
@@ -192,7 +191,7 @@ def fit_every_layer(
     return layers, on_fitted, on_held, measured, 0 if held is None else len(held)
 
 
-@register_scheme("impulse")
+@register_scheme("impulse", options=ImpulseOptions)
 def impulse_init(
     model: nn.Module,
     *,
@@ -250,18 +249,6 @@ def impulse_init(
     if images is not None:
         report.update(real_pass_reports(slots[0], on_fitted, measured, on_held, held_count))
     return report
-
-
-def split_batch(images: torch.Tensor, held_out: float, grid) -> tuple[torch.Tensor, torch.Tensor]:
-    """(images fitted on, images held apart): the last `held_out` share of the batch (at least one
-    image when held_out > 0 and the batch has two) is held apart; of each part, the first images
-    holding FIT_TOKENS (fitted) and MEASURE_TOKENS (held apart) patch tokens are used."""
-    check_images(images)
-    held = min(len(images) - 1, max(1, round(held_out * len(images)))) if held_out > 0 else 0
-    cut = len(images) - held
-    return images_for(FIT_TOKENS, grid, images[:cut]), images[cut:][
-        : len(images_for(MEASURE_TOKENS, grid, images[cut:]))
-    ]
 
 
 def real_pass_reports(

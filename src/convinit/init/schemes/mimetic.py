@@ -27,7 +27,7 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import AttentionSlot, attention_slots, rms, write_qk
-from convinit.init.measure import MEASURE_TOKENS, images_for, real_pass_quality
+from convinit.init.measure import MEASURE_TOKENS, images_for, real_pass_quality, split_batch
 from convinit.init.positions import repair_unset
 from convinit.init.registry import register_scheme
 
@@ -166,8 +166,6 @@ def real_pass_reports(model: nn.Module, slots: list, images: torch.Tensor, held_
     batch's last `held_out` share is the held-apart part (impulse fits on the rest; a scheme that fits on
     no images measures both parts alike, so that every scheme reports the same figures on the same
     images)."""
-    from convinit.init.schemes.impulse import split_batch  # impulse imports this module
-
     if not 0.0 <= held_out < 1.0:
         raise ConfigError(f"held_out must be in [0, 1), got {held_out!r}")
     first, held = split_batch(images, held_out, slots[0].grid)
