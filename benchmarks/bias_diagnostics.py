@@ -37,7 +37,7 @@ def step0_and_final(run_dir: Path):
     """The run's model as the trainer initialised it, the same model after training, and its test images:
     the run reopened twice, as every tool reopens one (convinit.train.opening)."""
     start = open_run(run_dir, at="init")
-    end = open_run(run_dir, data=False, settle=False)
+    end = open_run(run_dir, data=False)
     end.model.init_report = start.init_report
     start.model.init_report = start.init_report
     images = start.data.test_batch(TRACK_BATCH, torch.device("cpu"))[:IMAGES]

@@ -105,3 +105,23 @@ def test_evaluation_export_and_a_teacher_reopen_a_run_at_the_same_weights(tmp_pa
     for weights in (exported, teacher):
         assert all(torch.equal(final[name], weights[name]) for name in final)
     assert evaluate_run(tmp_path / "run", device="cpu")["test_acc"] == trained.metrics[-1]["test_acc"]
+
+
+def test_export_and_a_teacher_never_reseed_the_caller_or_change_its_threads(
+    tmp_path, monkeypatch, tiny_overrides
+):
+    """Opening a checkpoint skips step 1: a teacher loaded inside a training run must not reseed that
+    run's generators or change its thread count; evaluation and a replayed init take it."""
+    from convinit.share.export import export_run
+    from convinit.train.evaluation import evaluate_run
+    from convinit.train.teacher import load_teacher
+
+    train(resolve_config(None, tiny_overrides), tmp_path / "run", progress=False)
+    settled = []
+    monkeypatch.setattr(opening, "begin", lambda *args, **kwargs: settled.append(args[1].name))
+    export_run(tmp_path / "run")
+    load_teacher(str(tmp_path / "run"), 10, torch.device("cpu"))
+    assert settled == []
+    evaluate_run(tmp_path / "run", device="cpu")
+    open_run(tmp_path / "run", at="init")
+    assert settled == ["run", "run"]

@@ -63,7 +63,7 @@ def run_trackers(model: nn.Module, names: list[str], images: torch.Tensor) -> di
 def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -> dict[str, float]:
     """Test loss and accuracy of a run's newest intact checkpoint, read as the run reads its test set,
     in its precision and layout, with its own thread count (its sums, to the digit)."""
-    run = open_run(run_dir, resolve_device(device), ema=ema)
+    run = open_run(run_dir, resolve_device(device), ema=ema, settle=True)
     data, plan = run.data, run.plan
     loss, acc = evaluate(run.model, data.test, data.eval_transform, plan.dtype, plan.layout)
     return {"checkpoint": str(run.checkpoint), "test_loss": loss, "test_acc": acc, "epoch": run.epoch}

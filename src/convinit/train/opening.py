@@ -131,17 +131,18 @@ def open_run(
     at: Literal["checkpoint", "init"] = "checkpoint",
     ema: bool = False,
     data: bool = True,
-    settle: bool = True,
+    settle: bool = False,
 ) -> OpenedRun:
     """`run_dir` reopened in the builder's order on `device`: at its newest intact checkpoint (`ema`: its
     EMA weights), or at step 0 with its init replayed on the same images (needs the data). Without
     `data`, the shape and classes come from the run's preprocessing record (a run that has none reads
-    its data once to make one). `settle` (step 1) seeds the generators and sets this process's threads as
-    the run did; a teacher opened inside another run passes False, leaving that run's generators and
-    threads alone."""
+    its data once to make one). `settle` takes step 1, seeding the generators and setting this process's
+    threads as the run did: needed to replay the init (always taken at="init") and for sums that round as
+    the run's did (evaluation); by default a checkpoint is opened without it, leaving the caller's
+    generators unseeded and its threads as they are (export, a teacher inside another run)."""
     run_dir = Path(run_dir)
     plan = resolve_plan(saved_config(run_dir), torch.device(device))
-    if settle:
+    if settle or at == "init":
         begin(plan, run_dir, resume=True, deterministic=False)
     source = open_data(plan) if data or at == "init" else None
     record = read_data_record(run_dir)

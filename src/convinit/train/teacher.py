@@ -19,7 +19,7 @@ def load_teacher(teacher: str | None, num_classes: int, device: torch.device) ->
         return None
     path = Path(teacher)
     if (path / "config.yaml").is_file():
-        opened = open_run(path, data=False, settle=False)  # this run's generators stay as they are
+        opened = open_run(path, data=False)  # not reseeding this run's generators
         model, classes = opened.model, len(opened.record["classes"])
     else:
         model = from_pretrained(path)
