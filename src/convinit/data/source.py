@@ -64,9 +64,7 @@ class DataSource:
     std: tuple[float, ...]
     train_size: int
     init_set: StreamingImages | None = None  # streamed: the training images under the evaluation transform
-    crop_pct: float | None = (
-        None  # streamed: the evaluation's centre crop (the record says how to preprocess)
-    )
+    crop_pct: float | None = None  # streamed: the evaluation's centre crop (its record says so)
 
     @property
     def num_classes(self) -> int:

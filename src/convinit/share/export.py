@@ -14,7 +14,7 @@ from convinit.errors import ConfigError
 from convinit.models.pretrained import FOLDER_FILES, is_repo_id, push_to_hub, save_pretrained
 from convinit.share.model_card import run_model_card
 from convinit.system.folder_publish import writable_folder
-from convinit.train.opening import open_run, saved_config
+from convinit.train.opening import open_run, require_run_dir
 
 CONNECT_TIMEOUT = 10  # seconds to reach the Hub before a push is given up
 EXPORTED = ("classes", "mean", "std", "img_size", "preprocess")  # from the run's record into config.json
@@ -29,7 +29,7 @@ def export_run(
     `push_to_hub` (`user/name`, with the token of `hf auth login`) if given.
     """
     run_dir = Path(run_dir)
-    saved_config(run_dir)  # not a run folder: said before the destination is checked
+    require_run_dir(run_dir)  # said before the destination is checked
     if out is not None:
         writable_folder(Path(out), FOLDER_FILES)  # before the data is read: a bad destination fails now
     if push_to_hub is not None and not is_repo_id(push_to_hub):

@@ -109,12 +109,17 @@ class OpenedRun:
         return self.plan.cfg
 
 
-def saved_config(run_dir: Path) -> TrainConfig:
-    """`RUN_DIR/config.yaml`, or a one-line ConfigError naming what to pass instead."""
+def require_run_dir(run_dir: Path) -> None:
+    """A one-line ConfigError, naming what to pass instead, for a folder that holds no run."""
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(
             f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
         )
+
+
+def saved_config(run_dir: Path) -> TrainConfig:
+    """`RUN_DIR/config.yaml` (see `require_run_dir`)."""
+    require_run_dir(run_dir)
     return load_config(run_dir / "config.yaml")
 
 

@@ -33,7 +33,6 @@ part holding MEASURE_TOKENS patch tokens.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -145,16 +144,6 @@ class ImpulseOptions:
             raise ConfigError("impulse steps and renorm_every must be >= 0")
 
 
-def parse_options(options: dict[str, Any]) -> ImpulseOptions:
-    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(ImpulseOptions)})
-    if unknown:
-        accepted = ", ".join(
-            [f.name for f in dataclasses.fields(ImpulseOptions)] + ["sincos_pos_embed", "seed", "images"]
-        )
-        raise ConfigError(f"impulse init takes no option {', '.join(unknown)}; it accepts: {accepted}")
-    return ImpulseOptions(**options)
-
-
 def fit_every_layer(
     model: nn.Module,
     slots: list,
@@ -224,7 +213,7 @@ def impulse_init(
     """
     if sincos_pos_embed:
         options = {**options, "learned_pos_embed": "sincos"}
-    opts = parse_options(options)
+    opts = ImpulseOptions(**options)  # names already checked by `initialize` (init_spec)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     slots = attention_slots(model, "impulse")  # refuses unsupported models before any change
     position = None
