@@ -1,6 +1,6 @@
 """convinit: Vision Transformers with a convolutional inductive bias, for small datasets.
 
-Public API: `create_model`, `list_models`, `initialize`, `from_pretrained`, `save_pretrained`,
+Public API: `create_model`, `list_models`, `initialize`, `convert`, `from_pretrained`, `save_pretrained`,
 `list_datasets`, `load_dataset`, `record_attention`. Each is imported on first use, so that
 `import convinit` (and `convinit --help`, `models`, `configs`, `datasets`) does not import torch.
 """
@@ -26,6 +26,7 @@ _EXPORTS = {
     "list_models": "convinit.models.registry",
     "record_attention": "convinit.models.layers",
     "initialize": "convinit.init",
+    "convert": "convinit.models.convert",
     "from_pretrained": "convinit.models.pretrained",
     "save_pretrained": "convinit.models.pretrained",
     "list_datasets": "convinit.data.datasets",

@@ -43,6 +43,26 @@ def experiment_file(tmp_path):
     return path
 
 
+def test_a_row_may_bring_its_own_preset_a_cnn_beside_the_vits(tmp_path):
+    import yaml
+
+    spec = {
+        "description": "a ViT and a CNN on the same recipe",
+        "scales": {"small": {"preset": "own_models/timm_vit_small"}},
+        "rows": [{"label": "vit", "overrides": {}},
+                 {"label": "cnn", "preset": "own_models/convmixer_small", "overrides": {"epochs": 3}}],
+    }  # fmt: skip
+    (tmp_path / "mixed.yaml").write_text(yaml.safe_dump(spec))
+    vit, cnn = expand(str(tmp_path / "mixed.yaml"), "small")
+    assert (vit.preset, vit.config.model) == ("own_models/timm_vit_small", "timm:vit_tiny_patch16_224")
+    assert (cnn.preset, cnn.config.model, cnn.config.epochs) == ("own_models/convmixer_small", "convmixer", 3)
+    assert "embed_dim" not in cnn.config.model_args and cnn.config.per_class == vit.config.per_class
+    spec["rows"][1]["preset"] = 5
+    (tmp_path / "mixed.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(ConfigError, match="row 'cnn' has a preset that is not a name"):
+        expand(str(tmp_path / "mixed.yaml"), "small")
+
+
 def test_grid_expands_rows_times_seeds_with_validated_configs(experiment_file):
     runs = expand(str(experiment_file), "small")
     assert [(r.label, r.seed) for r in runs] == [
@@ -133,6 +153,17 @@ def test_efficiency_runs_scale_epochs_and_count_training_images(tmp_path, digits
     assert f"{tenth} imgs" in summary and "| vit |" in summary and "+0.00" in summary
 
 
+def test_scaled_epochs_give_every_fraction_as_many_optimisation_steps(digits):
+    """batch 100 on digits' 1,000 images: 10 steps an epoch. 5 % (47 images) takes one step an epoch, so
+    2 epochs of the whole set (20 steps) are 20 epochs of it, not 2 / 0.05 = 40 (twice the steps)."""
+    methods = {"vit": ("default", {k: v for k, v in TINY.items() if k != "epochs"} | {"epochs": 2})}
+    runs = efficiency_runs(methods, [0.05, 0.5, 1.0], [0], scale_epochs=True)
+    per_epoch = [-(-r.extra["train_images"] // 100) for r in runs]  # the partial batch kept
+    assert per_epoch[0] == 1 and per_epoch[-1] == 10
+    assert [r.config.epochs * n for r, n in zip(runs, per_epoch, strict=True)] == [20, 20, 20]
+    assert [r.extra["steps"] for r in runs] == [20, 20, 20]
+
+
 def test_shipped_experiments_expand_at_both_scales():
     for name in list_experiments():
         for scale in ("small", "full"):
@@ -144,15 +175,20 @@ def test_shipped_experiments_expand_at_both_scales():
             assert runs, name
 
 
-def test_every_shipped_preset_is_a_grid_scale_or_what_one_extends():
-    """No preset lies unused beside the grids as a copy of a row or a scale (`default` is the CLI's)."""
+def test_every_shipped_preset_is_a_grid_scale_a_grid_row_or_what_one_extends():
+    """No preset lies unused beside the grids as a copy of a row or a scale (`default` and `own_data` are
+    the CLI's: what a run without --config starts from)."""
     from convinit.config import preset_names, read_yaml
-    from convinit.config.train_config import preset_path
+    from convinit.config.train_config import default_preset, preset_path
 
-    used, todo = set(), ["default"]
-    todo += [
-        base["preset"] for name in list_experiments() for base in load_experiment(name)["scales"].values()
-    ]
+    used, todo = set(), [default_preset({}), default_preset({"dataset": "folder"})]
+    for name in list_experiments():
+        spec = load_experiment(name)
+        for base in spec["scales"].values():  # a scale's preset, and a row's own (a CNN beside ViTs)
+            todo += [
+                base["preset"],
+                *(row["preset"] for row in base.get("rows", spec["rows"]) if "preset" in row),
+            ]
     while todo:
         name = todo.pop()
         if name not in used:
@@ -229,3 +265,33 @@ def test_rows_that_fail_in_child_processes_are_recorded_with_the_childs_message(
     assert all(what.startswith("failed: dataset 'fashion-mnist'") for what in outcome.values()), outcome
     reason = json.loads((tmp_path / "out" / "adamw" / "seed0" / "failed.json").read_text())["reason"]
     assert reason.startswith(f"dataset 'fashion-mnist': {tmp_path / 'nowhere'} does not exist")
+
+
+def test_reproduce_runs_only_the_rows_named_and_a_rerun_that_trains_nothing_says_so(
+    experiment_file, tmp_path, capsys
+):
+    from convinit.cli import main
+
+    out = tmp_path / "out"
+    args = ["reproduce", str(experiment_file), "--row", "adam-lr-3e-3", "--seeds", "1", "--out", str(out)]
+    assert main([*args, "--no-progress"]) == 0
+    assert [p.parent.relative_to(out).as_posix() for p in out.rglob("finished.json")] == [
+        "adam-lr-3e-3/seed0"
+    ]
+    assert "already finished" not in capsys.readouterr().out
+    assert main([*args, "--no-progress"]) == 0
+    said = capsys.readouterr().out
+    assert f"every run of this grid in {out} was already finished (1 skipped): nothing was trained" in said
+    assert "pass another --out" in said
+
+
+def test_an_unknown_row_is_refused_naming_the_grids_rows(experiment_file):
+    from convinit.experiments.grid import select_rows
+
+    runs = expand(str(experiment_file), "small")
+    assert {r.label for r in select_rows(runs, ["adamw"])} == {"adamw"}
+    assert select_rows(runs, None) == runs
+    with pytest.raises(ConfigError, match=r"--row 'adamx' is not a row of this grid; did you mean 'adamw'\?"):
+        select_rows(runs, ["adamx"])
+    with pytest.raises(ConfigError, match=r"its rows: 'adamw', 'adam lr 3e-3'"):
+        select_rows(runs, ["sgd"])

@@ -9,7 +9,8 @@ import torch
 
 from convinit.errors import ConfigError
 from convinit.models import create_model, record_attention
-from convinit.models.convit import GPSA, ConViT, gpsa_layers, local_head_offsets, relative_indices
+from convinit.models.convit import ConViT, gpsa_layers
+from convinit.models.gpsa import GPSA, local_head_offsets, relative_indices
 from convinit.models.layers import MHSA
 from convinit.models.registry import model_arguments
 

@@ -68,12 +68,15 @@ def test_a_fixed_argument_is_refused_like_an_unknown_one():
 
 
 def test_a_row_setting_an_option_its_family_does_not_take_cannot_build(monkeypatch):
-    # ConViT's presets keep mlp_ratio at 4: a row that sets it says so at once, not by a silent default
+    # ConViT's presets keep partial_local_init at its default: a row that sets it says so at once, not by
+    # a silent default
     monkeypatch.setitem(
-        PRESETS, "convit_wide_mlp", Preset("convit", dict(PICO.args, mlp_ratio=2.0), "bad row")
+        PRESETS, "convit_partial", Preset("convit", dict(PICO.args, partial_local_init=True), "bad row")
     )
-    with pytest.raises(ValueError, match="'convit_wide_mlp' sets mlp_ratio: its convit family takes no such"):
-        create_model("convit_wide_mlp")
+    with pytest.raises(
+        ValueError, match="'convit_partial' sets partial_local_init: its convit family takes no such"
+    ):
+        create_model("convit_partial")
 
 
 def test_a_row_without_a_value_its_builder_needs_cannot_build(monkeypatch):

@@ -27,6 +27,14 @@ MODELS = {
     "hf": ["model=hf:vit", "model_args.patch_size=2", "model_args.hidden_size=24",
            "model_args.num_hidden_layers=2", "model_args.num_attention_heads=2",
            "model_args.intermediate_size=48", "init=mimetic"],
+    # both papers' architectures put into them (convinit.convert), with an init on what stays attention
+    "timm, convert=gpsa": ["model=timm:vit_tiny_patch16_224", "model_args.patch_size=2",
+                           "model_args.embed_dim=24", "model_args.depth=2", "model_args.num_heads=4",
+                           "convert=gpsa", "convert_args.layers=1", "init=impulse"],
+    "hf, convert=blend": ["model=hf:vit", "model_args.patch_size=2", "model_args.hidden_size=24",
+                          "model_args.num_hidden_layers=2", "model_args.num_attention_heads=2",
+                          "model_args.intermediate_size=48", "convert=blend",
+                          "convert_args.content_projection=true", "init=impulse"],
 }  # fmt: skip
 
 
@@ -36,7 +44,8 @@ def runs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     root = tmp_path_factory.mktemp("own")
     out = {}
     for family, args in MODELS.items():
-        run, folder = root / f"run-{family}", root / f"model-{family}"
+        name = family.replace(", ", "-").replace("=", "-")
+        run, folder = root / f"run-{name}", root / f"model-{name}"
         argv = ["train", *RUN, *args, "track=[init_quality]", "--out", str(run), "--no-progress"]
         assert main(argv) == 0
         assert main(["export", str(run), str(folder)]) == 0
@@ -105,3 +114,21 @@ def test_a_run_is_pushed_as_its_exported_folder(runs, family, tmp_path, monkeypa
     assert main(["export", str(run), str(tmp_path / "m"), "--push-to-hub", "someone/pushed"]) == 0
     assert pushed["repo"] == "someone/pushed"
     assert pushed["files"] == {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}
+
+
+@pytest.mark.parametrize("family", ["timm, convert=gpsa", "hf, convert=blend"])
+def test_a_converted_models_card_records_the_conversion_and_how_to_load_it(runs, family):
+    _, folder = runs[family]
+    card, config = (folder / "README.md").read_text(), json.loads((folder / "config.json").read_text())
+    kind = config["convert"]["kind"]
+    assert f"| conversion | {kind}" in card and "convinit.from_pretrained" in card
+    assert "timm.create_model" not in card  # timm alone cannot build the converted layers
+    assert convinit.from_pretrained(folder).conversion == config["convert"]
+
+
+def test_the_gates_of_a_gpsa_conversion_are_tracked(runs):
+    run, _ = runs["timm, convert=gpsa"]
+    argv = ["train", *RUN, *MODELS["timm, convert=gpsa"], "track=[gates]", "--out", str(run.parent / "gates")]
+    assert main([*argv, "--no-progress"]) == 0
+    rows = [json.loads(line) for line in (run.parent / "gates" / "track.jsonl").read_text().splitlines()]
+    assert {f"gate/L0/H{h}" for h in range(4)} <= set(rows[0]) and "gate/L1/H0" not in rows[0]

@@ -33,6 +33,7 @@ import yaml
 
 from convinit.config import TrainConfig, merge, parse_overrides, read_yaml, resolve_config
 from convinit.errors import ConfigError
+from convinit.naming.did_you_mean import suggestion
 
 SCALES = ("small", "full")
 
@@ -92,6 +93,8 @@ def check_rows(rows: Any, where: str) -> None:
             raise ConfigError(f"{where}: row {index + 1} ({row!r}) must be a mapping with a label: string")
         if not isinstance(row.get("overrides", {}), dict):
             raise ConfigError(f"{where}: row {row['label']!r} has overrides that are not a mapping")
+        if not isinstance(row.get("preset", ""), str):
+            raise ConfigError(f"{where}: row {row['label']!r} has a preset that is not a name")
 
 
 def check_shape(spec: dict[str, Any], path: Path) -> None:
@@ -136,18 +139,35 @@ def expand(
     for index, row in enumerate(base.get("rows", spec["rows"])):  # a scale may bring its own rows
         overrides = merge(flatten(base.get("overrides", {})), flatten(row.get("overrides", {})))
         overrides = merge(overrides, extra_overrides or {})
+        preset = row.get("preset", base["preset"])  # a row may bring its own model (a CNN beside ViTs)
         for seed in seeds:
-            cfg = resolve_config(base["preset"], merge(overrides, {"seed": seed}))
+            cfg = resolve_config(preset, merge(overrides, {"seed": seed}))
             runs.append(
                 RunSpec(
                     spec["name"],
                     row["label"],
                     seed,
                     cfg,
-                    base["preset"],
+                    preset,
                     row.get("paper"),
-                    {k: v for k, v in row.items() if k not in ("label", "overrides", "paper")},
+                    {k: v for k, v in row.items() if k not in ("label", "overrides", "paper", "preset")},
                     index,
                 )
             )
     return runs
+
+
+def select_rows(runs: list[RunSpec], rows: list[str] | None) -> list[RunSpec]:
+    """The runs of the rows named by label or by folder name (`slug`: what results/ shows), every run
+    when none is named; an unknown name is refused in one line listing the grid's rows."""
+    if not rows:
+        return runs
+    labels = list(dict.fromkeys(spec.label for spec in runs))
+    chosen = set()
+    for name in rows:
+        found = [label for label in labels if name in (label, slug(label))]
+        if not found:
+            listing = "; its rows: " + ", ".join(repr(label) for label in labels)
+            raise ConfigError(f"--row {name!r} is not a row of this grid{suggestion(name, labels, listing)}")
+        chosen.update(found)
+    return [spec for spec in runs if spec.label in chosen]

@@ -3,7 +3,7 @@
 Supported (`SUPPORTED`): convinit SimpleViTs (`simplevit`, `vit_tiny_patch2_32`, any qk_input),
 timm-layout ViTs (timm `VisionTransformer` and `VisionTransformerDistilled`, Eva without RoPE, convinit
 `deit`: fused `blocks[i].attn.qkv`, `pos_embed` or none, prefix tokens first, optional qk_norm) and
-transformers `ViTModel` / `ViTForImageClassification` (`convinit.init.hf_attention_sites`). A slot also knows
+transformers `ViTModel` / `ViTForImageClassification` (`convinit.models.hf_layout`). A slot also knows
 its block (run one at a time by `convinit.init.block_runner`) and how to read the Q/K input its layer
 really sees (`AttentionSlot.qk_input_of`), so that schemes can fit and measure maps on real images
 (`convinit.init.measure`). `PositionTable` is a timm or transformers model's position embedding.
@@ -17,9 +17,11 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.init.hf_attention_sites import hf_grid, hf_heads, hf_layers, hf_projections, hf_vit_backbone
+from convinit.models.convert import PortedAttention
 from convinit.models.filters import Grid
+from convinit.models.hf_layout import hf_grid, hf_heads, hf_layers, hf_projections, hf_vit_backbone
 from convinit.models.layers import posemb_sincos_2d
+from convinit.models.timm_layout import is_timm_layout, timm_grid
 from convinit.models.vit import FreeAttention, SimpleViT
 
 SUPPORTED = (
@@ -62,32 +64,18 @@ class AttentionSlot:
     block: nn.Module | None = None  # the block holding the layer, run one at a time by `BlockRunner`
     qk_norms: list[nn.Module] = field(default_factory=list)  # timm's qk_norm: LayerNorms on q and k
     separate_qk_input: bool = False  # the attention takes its Q/K input apart (SimpleViT's `qk_input`)
+    forms_qk_input: bool = False  # the attention forms its Q/K input from its input (a converted blend)
 
     def qk_input_of(self, args: tuple, kwargs: dict) -> torch.Tensor:
-        """The Q/K input of a call of `module`: `qk_input` when given (blend models), else its input."""
+        """The Q/K input of a call of `module`: `qk_input` when given (blend models), what a converted
+        blend forms from its input, else its input."""
         qk = None
         if self.separate_qk_input:
             qk = kwargs.get("qk_input", args[1] if len(args) > 1 else None)
         if qk is not None:
             return qk
-        return args[0] if args else next(iter(kwargs.values()))
-
-
-def is_timm_layout(model: nn.Module) -> bool:
-    """A ViT with timm's layout: blocks[i].attn.qkv fused (3*H*d, D), norm1, and a pos_embed attribute
-    (a tensor, or None for a model built with pos_embed='none')."""
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.Sequential | nn.ModuleList) or len(blocks) == 0:
-        return False
-    if not hasattr(model, "pos_embed") or not hasattr(model, "patch_embed"):
-        return False
-    for block in blocks:
-        attn = getattr(block, "attn", None)
-        if not isinstance(getattr(attn, "qkv", None), nn.Linear) or not hasattr(attn, "num_heads"):
-            return False
-        if not hasattr(block, "norm1") or not isinstance(getattr(attn, "proj", None), nn.Linear):
-            return False
-    return True
+        x = args[0] if args else next(iter(kwargs.values()))
+        return self.module.qk_input(x) if self.forms_qk_input else x
 
 
 @dataclass
@@ -133,15 +121,6 @@ def sincos_into_pos_embed(model: nn.Module) -> None:
     patches = table.grid[0] * table.grid[1]
     with torch.no_grad():
         table.weight[0, -patches:] = posemb_sincos_2d(*table.grid, table.weight.shape[-1]).to(table.weight)
-
-
-def timm_grid(model: nn.Module) -> Grid:
-    grid = getattr(model, "grid", None) or getattr(getattr(model, "patch_embed", None), "grid_size", None)
-    if grid is None:
-        raise ConfigError(
-            "this timm-layout model exposes no patch grid (model.grid or patch_embed.grid_size)"
-        )
-    return int(grid[0]), int(grid[1])
 
 
 def simplevit_slots(model: SimpleViT) -> list[AttentionSlot]:
@@ -194,12 +173,58 @@ def projection_slot(index: int, norm: nn.Module, table: PositionTable | None, **
     return slot
 
 
+def ported_slot(
+    index: int,
+    attn: PortedAttention,
+    block: nn.Module,
+    norm: nn.Module,
+    table: PositionTable | None,
+    name: str,
+) -> list[AttentionSlot]:
+    """A converted model's layer (`convinit.models.convert`) as a slot: a ported attention layer as the
+    layer it was, a blend with its fixed P as the pseudo-input the layer sees (exact at alpha = 0), none
+    for a GPSA layer (ConViT's own local init made its positional part; init schemes act on the rest)."""
+    if attn.mode == "gpsa":
+        return []
+    weights = attn.weights()
+    slot = projection_slot(
+        index,
+        norm,
+        table,
+        heads=attn.num_heads,
+        dim_head=attn.head_dim,
+        scale=attn.scale,
+        grid=attn.grid,
+        q_weight=weights["q"],
+        k_weight=weights["k"],
+        v_weight=weights["v"],
+        out_weight=weights["out"],
+        qk_biases=[b for b in (weights["q_bias"], weights["k_bias"]) if b is not None],
+        module=attn,
+        block=block,
+        real_input=f"{name}(x + pos)" if table is not None else f"{name}(x)",
+    )
+    slot.qk_norms = [n for n in (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None))
+                     if n is not None and not isinstance(n, nn.Identity)]  # fmt: skip
+    if attn.mode == "blend":
+        with torch.no_grad():
+            slot.inputs = {"P": attn.position.float().cpu(), "LN(P)": norm(attn.position).float().cpu()}
+        slot.seen, slot.seen_note = "P", f"P: exact at alpha = 0 (this model: alpha = {attn.alpha})"
+        slot.real_input = f"{attn.alpha:g} * {name}(x) + {1 - attn.alpha:g} * P"
+        slot.content, slot.position_share = attn.alpha, 1.0 - attn.alpha
+        slot.forms_qk_input = True
+    return [slot]
+
+
 def timm_slots(model: nn.Module) -> list[AttentionSlot]:
     grid = timm_grid(model)
     table = position_table(model)
     slots = []
     for index, block in enumerate(model.blocks):
         attn = block.attn
+        if isinstance(attn, PortedAttention):
+            slots.extend(ported_slot(index, attn, block, block.norm1, table, "norm1"))
+            continue
         heads = int(attn.num_heads)
         inner = attn.qkv.out_features // 3
         bias = attn.qkv.bias
@@ -236,6 +261,12 @@ def hf_slots(backbone: nn.Module) -> list[AttentionSlot]:
     heads, dim_head = hf_heads(backbone)
     slots = []
     for index, layer in enumerate(hf_layers(backbone)):
+        ported = [m for m in layer.modules() if isinstance(m, PortedAttention)]
+        if ported:
+            slots.extend(
+                ported_slot(index, ported[0], layer, layer.layernorm_before, table, "layernorm_before")
+            )
+            continue
         parts = hf_projections(layer)
         module = parts["module"]
         slots.append(
@@ -265,7 +296,7 @@ def attention_slots(model: nn.Module, scheme: str) -> list[AttentionSlot]:
     if isinstance(model, SimpleViT):
         return simplevit_slots(model)
     if (backbone := hf_vit_backbone(model)) is not None:
-        return hf_slots(backbone)
+        return every_layer_gpsa(hf_slots(backbone), model, scheme)
     if is_timm_layout(model):
         if scheme in ("impulse", "measure") and getattr(model, "rope", None) is not None:
             # e.g. timm's EVA-02: q and k are rotated by position inside attention, so the logits are
@@ -275,8 +306,18 @@ def attention_slots(model: nn.Module, scheme: str) -> list[AttentionSlot]:
                 f"(RoPE rotates q and k inside attention, outside the fit); it supports {SUPPORTED} "
                 f"(mimetic init works on this model)"
             )
-        return timm_slots(model)
+        return every_layer_gpsa(timm_slots(model), model, scheme)
     raise ConfigError(f"{scheme} init does not support {type(model).__name__}; it supports {SUPPORTED}")
+
+
+def every_layer_gpsa(slots: list[AttentionSlot], model: nn.Module, scheme: str) -> list[AttentionSlot]:
+    """The slots; a ConfigError for an init scheme on a model whose every layer was converted to GPSA."""
+    if not slots and scheme != "measure":
+        raise ConfigError(
+            f"every attention layer of this model was converted to GPSA ({model.conversion}): none is left "
+            f"for {scheme} init to act on; convert fewer layers (convert_args.layers) or use init=random"
+        )
+    return slots
 
 
 def write_qk(slot: AttentionSlot, wq: torch.Tensor, wk: torch.Tensor) -> None:

@@ -17,8 +17,8 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.init.hf_attention_sites import hf_vit_backbone
 from convinit.init.positions import learned_tensors
+from convinit.models.hf_layout import hf_vit_backbone
 
 MAX_PIXEL = 1e6  # preprocessed images are about -3..3 (0..255 unnormalised); beyond this a fit overflows
 
@@ -97,6 +97,17 @@ def check_weights(model: nn.Module) -> None:
         ):
             raise ConfigError(
                 f"the model's {name} holds NaN or infinite values; initialise a model with finite weights"
+            )
+
+
+def check_written_weights(model: nn.Module, scheme: str) -> None:
+    """After a scheme ran: every floating-point parameter and buffer finite (a finite report can sit on
+    an inf weight, e.g. a position table scaled by inf), else a ConfigError naming the first one."""
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ConfigError(
+                f"{scheme} init wrote NaN or infinite values into the model's {name}; "
+                "the model was left as it was"
             )
 
 

@@ -30,10 +30,13 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import position_table, sincos_into_pos_embed
-from convinit.init.hf_attention_sites import hf_vit_backbone
+from convinit.models.hf_layout import hf_vit_backbone
 
 POSITION_MODES = ("scale", "sincos", "keep")
 POS_EMBED_SCALE = 18.0  # the follow-up paper's norm_p
+# the largest factor a learned table (std 0.02) may be scaled by: its entries stay below UNSET_ABOVE,
+# where a table reads as uninitialised memory, and far from float overflow in the attention logits
+MAX_POS_EMBED_SCALE = 1e3
 TOKEN_NAMES = ("cls_token", "reg_token", "dist_token")
 UNSET_ABOVE = 1e3  # a drawn embedding or token is never this large; uninitialised memory can be
 UNSET_BELOW = 1e-12  # nor all this small (a position table)
@@ -66,6 +69,15 @@ def repair_unset(model: nn.Module) -> list[str]:
                 nn.init.trunc_normal_(tensor, std=std)  # timm's and transformers' draw
             repaired.append(name)
     return repaired
+
+
+def check_pos_embed_scale(scale: float, scheme: str) -> None:
+    """pos_embed_scale in (0, MAX_POS_EMBED_SCALE]: 1e30 would make the attention logits NaN."""
+    if not 0 < scale <= MAX_POS_EMBED_SCALE:
+        raise ConfigError(
+            f"{scheme} pos_embed_scale must be in (0, {MAX_POS_EMBED_SCALE:g}] (the follow-up paper uses "
+            f"{POS_EMBED_SCALE:g}), got {scale!r}"
+        )
 
 
 def prepare_positions(model: nn.Module, mode: str, scale: float = POS_EMBED_SCALE) -> dict[str, Any]:

@@ -56,7 +56,7 @@ class DeiT(PretrainedMixin, ClassTokenViT):
         return self.norm(x)
 
 
-# the arguments a DeiT preset lets its caller set, in the order a refusal lists them; mlp_ratio and
-# qkv_bias stay at DeiT's (timm's) defaults in every preset (build DeiT itself to change them)
-PRESET_OPTIONS = ("patch_size", "embed_dim", "num_heads", "depth", "drop_path_rate")
+# the arguments a DeiT preset lets its caller set, in the order a refusal lists them (mlp_ratio: to match
+# a user's ViT); qkv_bias stays at DeiT's (timm's) default in every preset (build DeiT to change it)
+PRESET_OPTIONS = ("patch_size", "embed_dim", "num_heads", "depth", "mlp_ratio", "drop_path_rate")
 FAMILIES.add("deit", Family(DeiT, options=PRESET_OPTIONS))

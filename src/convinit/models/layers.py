@@ -65,6 +65,21 @@ def posemb_sincos_2d(rows: int, cols: int, dim: int, temperature: float = 10000.
     return torch.cat((x.sin(), x.cos(), y.sin(), y.cos()), dim=1).float()
 
 
+# content_projection: an input direction of the Q/K projection counts as fitted when its singular value
+# is at least this share of the largest. Impulse's closed form on the digits ViT (alpha 0.1-0.5) gives 7
+# directions at 3-53 and the rest at 0.31 or less (its noise columns), so the cut falls in a wide gap.
+FITTED_DIRECTION_SHARE = 0.05
+
+
+def fitted_direction_projector(weight: torch.Tensor) -> torch.Tensor:
+    """I - V V^T, V the input directions of a Q/K weight (out, D) whose singular value is at least
+    FITTED_DIRECTION_SHARE of the largest: what removes them from a D-vector (multiply on the right)."""
+    _, sigma, vh = torch.linalg.svd(weight.detach().double(), full_matrices=False)
+    basis = vh[sigma >= FITTED_DIRECTION_SHARE * sigma[0]]  # (k, D)
+    eye = torch.eye(weight.shape[1], dtype=torch.float64, device=weight.device)
+    return (eye - basis.T @ basis).to(weight.dtype)
+
+
 def fused_linear(*layers: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Weight and bias of several linear layers on the same input stacked as one: one GEMM instead of
     several (the copy of the weights is tiny beside the activations), parameters kept as they are."""

@@ -27,8 +27,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from convinit.errors import ConfigError
+from convinit.models.arguments import check_model_arguments, culprits, refusal
+from convinit.models.convert import conversion_of, convert
 from convinit.models.external import build_model_by_name, is_external
-from convinit.models.registry import list_models
+from convinit.models.registry import SHAPE_ARGUMENTS, list_models
 from convinit.system.folder_publish import publish_folder
 from convinit.system.read_back import short_repr
 
@@ -53,6 +55,7 @@ model.pretrained_config["classes"], model.pretrained_config["mean"]  # labels an
 ```
 """
 HUB_ERRORS = (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, OSError, ValueError)
+REEXPORT = "the folder was edited or written by another version: export the model again"
 
 
 class PretrainedMixin(
@@ -135,10 +138,12 @@ def hub_config(model: nn.Module, /, **metadata: Any) -> dict[str, Any]:
     if isinstance(kwargs.get("img_size"), tuple):
         kwargs["img_size"] = list(kwargs["img_size"])
     extra = {**getattr(model, "pretrained_config", {}), **metadata}
+    conversion = getattr(model, "conversion", None)  # convinit.models.convert: rebuilt by build_model
     return {
         "model": model.model_name,
         "model_args": kwargs,
-        **{k: v for k, v in extra.items() if k not in ("model", "model_args")},
+        **({"convert": conversion} if conversion is not None else {}),
+        **{k: v for k, v in extra.items() if k not in ("model", "model_args", "convert")},
     }
 
 
@@ -242,6 +247,8 @@ def check_config(config: Any, source: str) -> None:
         or not all(isinstance(c, str) for c in classes)
     ):
         raise ConfigError(f"{where}: 'classes' must list {num_classes} class names (model_args.num_classes)")
+    if "convert" in config:
+        check_conversion(config["convert"], where)
     for key in ("mean", "std"):
         values = config.get(key)
         if values is not None and (
@@ -250,6 +257,19 @@ def check_config(config: Any, source: str) -> None:
             or not all(is_number(v) and (key == "mean" or v > 0) for v in values)
         ):
             raise ConfigError(f"{where}: {key!r} must list {in_chans} finite numbers (positive for std)")
+
+
+def check_conversion(conversion: Any, where: str) -> None:
+    """A folder's `convert` (`convinit.models.convert`): {kind: gpsa | blend, and that kind's options}."""
+    if not isinstance(conversion, dict):
+        raise ConfigError(
+            f"{where}: 'convert' must be a mapping with a kind (gpsa or blend); export the model again"
+        )
+    options = {key: value for key, value in conversion.items() if key != "kind"}
+    try:
+        conversion_of(conversion.get("kind"), options)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}; export the model again") from exc
 
 
 def image_sides(value: Any) -> tuple[int, int] | None:
@@ -345,32 +365,58 @@ def build_model(config: dict[str, Any], source: str, device: str | None = None) 
         args["img_size"] = tuple(args["img_size"])
     try:
         with torch.device(device) if device else contextlib.nullcontext():
-            return build_model_by_name(config["model"], **args)
+            model = build_model_by_name(config["model"], **args)
+            if (
+                config.get("convert") is not None
+            ):  # the architecture the run put into a timm / transformers ViT
+                convert(model, **config["convert"])
+            return model
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
-    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError, IndexError) as exc:
+    except Exception as exc:  # whatever a constructor raises for a tampered config (KeyError, ImportError)
         if device == "meta":
             raise
-        detail = " ".join(str(exc).split())
-        raise ConfigError(
-            f"{source}: model {config['model']!r} cannot be built from {args}: {detail}"
-        ) from exc
+        raise folder_refusal(config, source, exc) from exc
+
+
+def folder_args(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A folder's `model_args` split into the data's shape and what a run would set in `model_args`."""
+    args = dict(config["model_args"])
+    if isinstance(args.get("img_size"), list):
+        args["img_size"] = tuple(args["img_size"])
+    shape = {key: args.pop(key) for key in SHAPE_ARGUMENTS if key in args}
+    return shape, args
+
+
+def check_folder_model_args(config: dict[str, Any], source: str) -> None:
+    """The trainer's own checks of `model_args` (`convinit.models.arguments`), run on a folder's: a key the
+    model does not take, one convinit sets itself, a text for a number, an impossible `hf:vit` size."""
+    _, args = folder_args(config)
+    try:
+        check_model_arguments(config["model"], args)
+    except Exception as exc:  # ConfigError naming the field; anything else is a value the checks choke on
+        detail = " ".join(str(exc).split())[:300]
+        if not isinstance(exc, ConfigError):
+            detail = f"model_args cannot be checked ({type(exc).__name__}: {detail})"
+        raise ConfigError(f"{source}: {CONFIG} is damaged: {detail}; {REEXPORT}") from exc
+
+
+def folder_refusal(config: dict[str, Any], source: str, exc: BaseException) -> ConfigError:
+    """One line for a folder whose model cannot be built: the folder, the `model_args` fields the
+    constructor refuses (`culprits`, as the trainer finds them) and the constructor's reason."""
+    shape, args = folder_args(config)
+    keys = culprits(lambda given: build_model_by_name(config["model"], **shape, **given), args)
+    return ConfigError(
+        f"{source}: {CONFIG} is damaged: {refusal(config['model'], args, keys, exc)}; {REEXPORT}"
+    )
 
 
 def expected_shapes(config: dict[str, Any], source: str) -> dict[str, list[int]] | None:
     """The state dict's shapes from a model built on the meta device (no memory); None if it cannot be."""
     try:
         model = build_model(config, source, device="meta")
-    except (
-        TypeError,
-        ValueError,
-        AssertionError,
-        RuntimeError,
-        ArithmeticError,
-        IndexError,
-        NotImplementedError,
-    ):
-        return None  # an init that needs real values (fixed filters): checked after the real build
+    except Exception:  # an init that needs real values (fixed filters), or a bad argument: judged by the
+        return None  # real build, which names the field
     return {key: list(value.shape) for key, value in model.state_dict().items()}
 
 
@@ -397,6 +443,7 @@ def check_weights_fit(
 def load_checked(config: dict[str, Any], weights: Path, source: str, map_location: str = "cpu") -> nn.Module:
     """The model `config` describes with the weights of `weights`, after checking that they fit."""
     check_config(config, source)
+    check_folder_model_args(config, source)
     found = weight_shapes(weights, source)
     expected = expected_shapes(config, source)
     if expected is not None:

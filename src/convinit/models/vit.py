@@ -35,6 +35,7 @@ from convinit.models.layers import (
     Attention,
     FeedForward,
     check_positive,
+    fitted_direction_projector,
     pair,
     patch_grid,
     patchify,
@@ -45,10 +46,6 @@ from convinit.models.registry import FAMILIES, Family
 
 QK_INPUTS = ("x", "blend", "free")
 POS_EMBEDS = ("input", "none")
-# content_projection: an input direction of the Q/K projection counts as fitted when its singular value
-# is at least this share of the largest. Impulse's closed form on the digits ViT (alpha 0.1-0.5) gives 7
-# directions at 3-53 and the rest at 0.31 or less (its noise columns), so the cut falls in a wide gap.
-FITTED_DIRECTION_SHARE = 0.05
 
 
 class FreeAttention(nn.Module):
@@ -158,15 +155,6 @@ def check_content_options(qk_input: str, content_warmup: int, content_projection
             "content_warmup and content_projection act on the blended Q/K input "
             f"(got qk_input={qk_input!r}); set qk_input: blend or drop them"
         )
-
-
-def fitted_direction_projector(weight: torch.Tensor) -> torch.Tensor:
-    """I - V V^T, V the input directions of a Q/K weight (out, D) whose singular value is at least
-    FITTED_DIRECTION_SHARE of the largest: what removes them from a D-vector (multiply on the right)."""
-    _, sigma, vh = torch.linalg.svd(weight.detach().double(), full_matrices=False)
-    basis = vh[sigma >= FITTED_DIRECTION_SHARE * sigma[0]]  # (k, D)
-    eye = torch.eye(weight.shape[1], dtype=torch.float64, device=weight.device)
-    return (eye - basis.T @ basis).to(weight.dtype)
 
 
 class SimpleViT(PretrainedMixin, nn.Module):

@@ -8,6 +8,7 @@ here), and the config itself is embedded for runs whose settings no override lis
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -57,25 +58,45 @@ def result_at(run_dir: Path, epoch: int) -> dict[str, Any]:
 
 
 def init_figures(run_dir: Path) -> str:
-    """The init report's scalar figures (e.g. mean attention mass on the target offset)."""
+    """The init's figures on real images, in one short line: attention mass on each head's target offset
+    and argmax agreement (impulse), else the maps' row entropy and distance, on the images held apart from
+    the fit where the report has them (the figure the docs quote); a figure measured on the position-only
+    pseudo-input is named a proxy (docs/method.md §7: it says nothing of what the layers do with images)."""
     try:
         report = json.loads(read_capped(run_dir / "init_report.json"))
     except (OSError, ValueError, RecursionError):  # ConfigError (no regular file, too large) is one
         return "not recorded"
     if not isinstance(report, dict):
         return "not recorded"
-    scalars = {k: v for k, v in report.items() if isinstance(v, (int, float, str, bool))}
-    return (
-        ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in scalars.items()) or "-"
-    )
+    held_out = isinstance(report.get("real_pass_held_out"), dict)
+    real = report.get("real_pass_held_out") if held_out else report.get("real_pass")
+    parts = []
+    if isinstance(real, dict):
+        named = (("mean_mass", "target mass"), ("mean_argmax_agreement", "argmax agreement"))
+        if not any(is_figure(real.get(key)) for key, _ in named):
+            named = (("mean_entropy", "row entropy"), ("mean_distance", "distance (patches)"))
+        figures = ", ".join(f"{name} {real[key]:.2f}" for key, name in named if is_figure(real.get(key)))
+        count = real.get("images")
+        images = f"{count} real images" if isinstance(count, int) else "real images"
+        apart = " held apart from the fit" if held_out and report.get("scheme") == "impulse" else ""
+        parts.append(f"{figures} on {images}{apart}" if figures else "")
+    proxy = report.get("pseudo_input")
+    if isinstance(proxy, str) and is_figure(report.get("mean_mass")):
+        parts.append(f"proxy: mass {report['mean_mass']:.2f} on the pseudo-input {proxy} alone")
+    return "; ".join(part for part in parts if part) or "-"
+
+
+def is_figure(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def run_commit(run_dir: Path) -> str:
     """The commit the run was trained at (grid runs record it), else the one exporting it."""
-    try:
-        return json.loads((run_dir / "experiment.json").read_text())["git_commit"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):
-        return provenance()["git_commit"] + " (at export)"
+    try:  # a link to /dev/zero or a FIFO is refused unread (ConfigError), like every record read back
+        commit = json.loads(read_capped(run_dir / "experiment.json"))["git_commit"]
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):
+        commit = None
+    return commit if isinstance(commit, str) else provenance()["git_commit"] + " (at export)"
 
 
 def recipe(cfg: TrainConfig) -> str:
@@ -113,6 +134,7 @@ def card_fields(run_dir: Path, cfg: TrainConfig, record: dict[str, Any], epoch: 
     return {
         "model": cfg.model,
         "model_args": json.dumps(cfg.model_args, sort_keys=True),
+        **({"conversion": conversion_row(cfg)} if cfg.convert else {}),
         "dataset": source,
         "training images": str(record.get("train_images", "not recorded")) + subset_note(cfg),
         "test images": str(record.get("test_images", "not recorded")),
@@ -151,10 +173,21 @@ def input_description(record: dict[str, Any]) -> str:
     return f"{size}, {resize}, normalised with mean {mean} std {std}"
 
 
+def conversion_row(cfg: TrainConfig) -> str:
+    """What `convert=` put into the model, and that loading it takes convinit (docs/method.md §9)."""
+    what = {"gpsa": "ConViT's gated positional self-attention", "blend": "paper 1's Q/K blend"}[cfg.convert]
+    args = f" {json.dumps(cfg.convert_args, sort_keys=True)}" if cfg.convert_args else ""
+    return (
+        f"{cfg.convert}{args}: {what} in the first blocks (convinit.convert); "
+        "load with convinit.from_pretrained, which converts the rebuilt model before loading the weights"
+    )
+
+
 def timm_usage(cfg: TrainConfig, record: dict[str, Any]) -> str:
     """For a timm model, how timm itself loads the weights (its own state dict; the head of a pretrained
-    config is 1000 classes, so the overlay names the run's)."""
-    if not str(cfg.model).startswith("timm:"):
+    config is 1000 classes, so the overlay names the run's). Not for a converted model: its converted
+    layers are convinit's, which timm alone cannot build."""
+    if not str(cfg.model).startswith("timm:") or cfg.convert:
         return ""
     name, classes = cfg.model.split(":", 1)[1], len(record["classes"])
     args = ", ".join(f"{k}={v!r}" for k, v in cfg.model_args.items())

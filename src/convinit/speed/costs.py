@@ -18,7 +18,7 @@ from convinit.init import initialize
 from convinit.init.paper_optimizer import optimize_factors
 from convinit.init.targets import Targets, layer_offsets, map_quality
 from convinit.models import create_model
-from convinit.models.convit import GPSA
+from convinit.models.gpsa import GPSA
 from convinit.models.layers import MHSA
 from convinit.speed.timing import interleaved_medians
 

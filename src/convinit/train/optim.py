@@ -54,15 +54,17 @@ def start_model_schedule(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
     """`model.start_training()`, where the model has one, and its per-step call after every optimiser
     step: state that moves with training (a ramp, a projector fixed after the init) lives in the model's
     buffers, so a checkpoint saves it and a resume, which loads the weights after this, restores it."""
-    start = getattr(model, "start_training", None)
-    step = start() if callable(start) else None
-    if step is not None:
-        optimizer.register_step_post_hook(lambda *_: step())
+    for module in model.modules():  # the model itself (SimpleViT) or its layers (a converted blend)
+        start = getattr(module, "start_training", None)
+        step = start() if callable(start) else None
+        if step is not None:
+            optimizer.register_step_post_hook(lambda *_, step=step: step())
 
 
 def pulled_parameters(model: nn.Module) -> list[nn.Parameter]:
     """What `qk_pull` anchors: the weights that form each attention layer's logits (the Q/K projection,
-    or Model III's factors) of a convinit ViT; ConfigError for a model without them."""
+    or Model III's factors) of a convinit ViT; ConfigError for a model without them, or whose are all
+    frozen (freeze_attention: nothing to pull)."""
     layers = getattr(model, "attention_layers", None)
     attns = layers() if callable(layers) else []
     if not attns or not all(hasattr(a, "to_qk") or isinstance(a, FreeAttention) for a in attns):
@@ -71,7 +73,13 @@ def pulled_parameters(model: nn.Module) -> list[nn.Parameter]:
             f"not {type(model).__name__}; drop qk_pull"
         )
     params = [[a.q_factors, a.k_factors] if isinstance(a, FreeAttention) else [a.to_qk.weight] for a in attns]
-    return [p for layer in params for p in layer if p.requires_grad]
+    pulled = [p for layer in params for p in layer if p.requires_grad]
+    if not pulled:  # frozen weights stay at their anchor already: a pull there would do nothing, silently
+        raise ConfigError(
+            "qk_pull pulls the Q/K weights toward their starting values, but this model's are frozen "
+            "(model_args.freeze_attention=true) and never move; drop qk_pull or freeze_attention"
+        )
+    return pulled
 
 
 def with_pull_group(groups: list[dict], pulled: list[nn.Parameter], strength: float) -> list[dict]:

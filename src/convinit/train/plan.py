@@ -20,8 +20,9 @@ built once in validation and handed over: the memory guard must measure a model 
 the run is seeded and its data prepared, where they always were, so that a run and its resumption are
 the same bit for bit. A meta construction allocates nothing and draws no random numbers, so it can come
 first; the real model is built once, by the builder, from the `ModelSpec` validation measured. A model
-that cannot be constructed on the meta device (fixed ConvMixer filters read values with `.item()`) is
-checked by a CPU construction in validation whose weights are thrown away, as before.
+that cannot be constructed on the meta device even with its default arguments (a registered model
+whose constructor reads values with `.item()`) is checked by a CPU construction in validation whose
+weights are thrown away; a model refused for its arguments is never built for real (`ModelSpec.refusal`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from convinit.data.recipe import AugmentRecipe, DataRecipe
 from convinit.errors import ConfigError
 from convinit.init.registry import InitSpec
 from convinit.models.arguments import culprits, refusal
+from convinit.models.convert import Conversion, conversion_of, convert
 from convinit.models.external import build_model_by_name
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
 from convinit.train.distributed import under_torchrun
@@ -74,6 +76,7 @@ class ModelSpec:
     name: str
     model_args: dict[str, Any] = field(hash=False)
     shape: DataShape
+    conversion: Conversion | None = None  # `convert=`: the architecture put into a timm or transformers ViT
 
     def construct(self) -> nn.Module:
         """The constructor call itself (on the default device; errors as the model raises them).
@@ -81,13 +84,16 @@ class ModelSpec:
         The data's shape and `model_args` are passed as separate keywords so that a `model_args` key
         that repeats one of them is an error, not a silent override."""
         shape = self.shape
-        return build_model_by_name(
+        model = build_model_by_name(
             self.name,
             num_classes=shape.num_classes,
             img_size=shape.img_size,
             in_chans=shape.in_chans,
             **self.model_args,
         )
+        if self.conversion is not None:
+            convert(model, **self.conversion.to_dict())
+        return model
 
     def build(self) -> nn.Module:
         """The model (a convinit preset, `timm:NAME` or `hf:vit`: `convinit.models.external`);
@@ -97,8 +103,28 @@ class ModelSpec:
         except ConfigError:
             raise
         except Exception as exc:  # whatever a constructor raises (KeyError, ImportError, 0 ** -0.5 ...)
-            keys = culprits(lambda args: replace(self, model_args=args).construct(), self.model_args)
-            raise refusal(self.name, self.model_args, keys, exc) from exc
+            raise self.refusal(exc) from exc
+
+    def refusal(self, exc: BaseException) -> ConfigError:
+        """The one line that names the `model_args` keys a failed construction is due to (found by
+        constructing on the meta device: never a real model on this path) and the constructor's reason."""
+        keys = culprits(lambda args: replace(self, model_args=args).construct(), self.model_args)
+        return refusal(self.name, self.model_args, keys, exc)
+
+    def needs_real_values(self, exc: BaseException) -> bool:
+        """Whether a construction on the meta device failed because of the meta device (a constructor
+        that reads values, e.g. with `.item()`: it must be checked on the CPU) rather than because of the
+        arguments (the same model builds there with its default arguments)."""
+        if "meta" in str(exc).lower():
+            return True
+        try:
+            with torch.device("meta"):
+                replace(self, model_args={}).construct()
+        except ConfigError:  # the defaults refused by value (a patch larger than the image): built there
+            return False
+        except Exception:
+            return True
+        return False
 
 
 def data_recipe(cfg: TrainConfig) -> DataRecipe:
@@ -128,7 +154,7 @@ class RunPlan:
         """The model for the data as read: the plan's own when the shape was known beforehand (and the
         data must agree with it), else the configured model on the shape the data has."""
         if self.model is None:
-            return ModelSpec(self.cfg.model, self.cfg.model_args, shape)
+            return ModelSpec(self.cfg.model, self.cfg.model_args, shape, conversion_in(self.cfg))
         if shape != self.shape:
             raise RuntimeError(
                 f"dataset {self.cfg.dataset!r} was read as {shape} but planned as {self.shape}: "
@@ -156,4 +182,14 @@ def resolve_plan(cfg: TrainConfig, device: torch.device | None = None) -> RunPla
     if shape is None:  # an unread set's size is unknown: the batch is as asked
         return RunPlan(cfg, device, *formats, None, None, cfg.batch_size, **parts)
     batch = largest_batch(cfg.batch_size, cfg.dataset, shape.num_classes, cfg.per_class, cfg.train_fraction)
-    return RunPlan(cfg, device, *formats, shape, ModelSpec(cfg.model, cfg.model_args, shape), batch, **parts)
+    model = ModelSpec(cfg.model, cfg.model_args, shape, conversion_in(cfg))
+    return RunPlan(cfg, device, *formats, shape, model, batch, **parts)
+
+
+def conversion_in(cfg: TrainConfig) -> Conversion | None:
+    """The `convert=` / `convert_args.*` of a run, checked (ConfigError in one line), or None."""
+    if cfg.convert is None:
+        if cfg.convert_args:
+            raise ConfigError(f"convert_args {cfg.convert_args} need convert=gpsa or convert=blend")
+        return None
+    return conversion_of(cfg.convert, cfg.convert_args)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from convinit.init import initialize
-from convinit.init.hf_attention_sites import hf_layers, hf_projections, hf_vit_backbone
 from convinit.init.schemes.mimetic import uniform_unit_variance
+from convinit.models.hf_layout import hf_layers, hf_projections, hf_vit_backbone
 from tests.init.test_own_models import hf_vit, model_maps, timm_vit
 
 timm = pytest.importorskip("timm")
