@@ -2,7 +2,8 @@
 
 PIL's own conversion to 'L' or 'RGB' clips such values at 255: a 16-bit PNG or a float TIFF turned
 white (99.6 % of the pixels of a 16-bit gradient at 255), silently, on the device-resident readers
-(`decode_images`) and in the streaming workers (`StreamingImages`, `sampled_statistics`) alike.
+(`decode_images`) and in the streaming workers (`StreamingImages`, `sampled_statistics`) alike. And one
+rule for every open of a user's image: more pixels than PIL's limit is refused from the header.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from convinit.data.image_files import decode_images
+from convinit.data.image_files import decode_images, decode_sample
+from convinit.data.source import sampled_shape
 from convinit.data.streamed_loader import StreamingImages, sampled_statistics
 from convinit.errors import DataError
+from convinit.share.predict import check_image
 
 RAMP = np.arange(32 * 32, dtype=np.float64).reshape(32, 32) / (32 * 32 - 1)  # 0..1, left to right, top down
 
@@ -82,3 +85,35 @@ def test_a_float_image_holding_nan_is_refused_in_one_line_naming_it(tmp_path):
 def test_a_constant_16_bit_image_is_clipped_not_divided_by_zero(tmp_path):
     path = write(tmp_path / "white.png", np.full((8, 8), 60000, dtype=np.uint16))
     assert (decode_images([path], grayscale=True) == 255).all()
+
+
+OPENS_OF_A_USERS_IMAGE = {  # every path that opens a user's image file, each given the one file
+    "device-resident decode": lambda path: decode_images([path]),
+    "datasets survey": lambda path: decode_sample([path]),
+    "header sampling of data_mode=auto": lambda path: sampled_shape([path]),
+    "streaming worker": lambda path: StreamingImages(
+        [path], [0], transform=lambda img: img, in_chans=1
+    ).image(0),
+    "streamed statistics": lambda path: sampled_statistics([path], 1),
+    "encoded bytes of an hf column": lambda path: decode_images([path.read_bytes()]),
+    "predict": lambda path: check_image(path),
+}
+
+
+@pytest.mark.parametrize("path_name", OPENS_OF_A_USERS_IMAGE)
+def test_an_image_between_one_and_two_times_the_pixel_limit_is_refused_from_its_header_on_every_path(
+    tmp_path, monkeypatch, path_name
+):
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # PIL refuses past 200 pixels, only warns from 101
+    big = write(tmp_path / "big.png", np.zeros((12, 12), np.uint8))  # 144 pixels
+    decoded = []
+    monkeypatch.setattr(Image.Image, "load", lambda self, *args: decoded.append(self.size))
+    with pytest.raises(DataError, match="is larger than PIL's limit of 100 pixels .*it was not decoded"):
+        OPENS_OF_A_USERS_IMAGE[path_name](big)
+    assert decoded == []
+
+
+def test_an_image_at_the_pixel_limit_is_decoded(tmp_path, monkeypatch):
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 144)
+    exact = write(tmp_path / "exact.png", np.full((12, 12), 7, np.uint8))
+    assert decode_images([exact], grayscale=True).unique().tolist() == [7]

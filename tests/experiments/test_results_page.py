@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import statistics
 from pathlib import Path
 
@@ -125,6 +126,7 @@ def test_a_tracked_change_is_the_end_minus_step_0_and_needs_the_step_0_row(tmp_p
         rows = [{"epoch": 0, "test_acc": 10, "init_quality/target_mass": 0.8},
                 {"epoch": 1, "test_acc": 71, "init_quality/target_mass": 0.3 + seed / 100}]  # fmt: skip
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (run / "finished.json").write_text(json.dumps(rows[-1]))
     claims(tmp_path, row="random", expect="lower", metric="tracked_change:init_quality/target_mass")
     line = claim_line(render(tmp_path))
     assert "**holds**" in line and "-0.49" in line
@@ -218,7 +220,7 @@ def test_an_unknown_claim_metric_is_refused_when_the_claims_are_read(tmp_path, m
     claims(tmp_path, row="random", metric=metric)
     with pytest.raises(ConfigError, match=re.escape(message)) as refused:
         render(tmp_path)
-    assert str(refused.value).startswith(f"{tmp_path / 'claims.yaml'}: claim 1: ")
+    assert str(refused.value).startswith(f"{tmp_path / 'claims.yaml'}: claim 1 ('C'): ")
     assert "\n" not in str(refused.value)
     if message.startswith("unknown") or "did you mean" in message:
         assert str(refused.value).endswith(f"(known: {', '.join(METRIC_NAMES)})")
@@ -249,3 +251,150 @@ def test_each_registered_metric_reads_the_figure_the_old_if_chain_read(tmp_path)
         "nonlocality_growth": pytest.approx(0.75),
     }
     assert {metric: metric_value(record, metric) for metric in expected} == expected
+
+
+def test_a_cut_last_metrics_line_does_not_make_the_epoch_before_the_final_figure(tmp_path):
+    fake_run(tmp_path, "random", 0, [50.0, 60.0, 70.0])
+    metrics = tmp_path / "users-vit" / "random" / "seed0" / "metrics.jsonl"
+    metrics.write_text(metrics.read_text()[:-10])  # a kill mid-append cut the last row
+    from convinit.experiments.report import find_runs
+
+    with pytest.warns(UserWarning, match="line\\(s\\) 3 are damaged"):
+        (record,) = find_runs(tmp_path / "users-vit")
+    assert metric_value(record, "final_acc") == 70.0  # finished.json's epoch 3, not epoch 2's 60
+    assert [row["epoch"] for row in record.metrics] == [1, 2, 3]
+
+
+def test_a_finished_record_that_disagrees_with_the_metrics_is_named_and_left_out(tmp_path):
+    for seed in range(3):
+        fake_run(tmp_path, "random", seed, [70.0 + seed])
+        fake_run(tmp_path, "impulse", seed, [80.0 + seed])
+    finished = tmp_path / "users-vit" / "impulse" / "seed2" / "finished.json"
+    finished.write_text(json.dumps({"epoch": 1, "test_acc": 99.0}))
+    claims(tmp_path, row="impulse", reference="random")
+    page = render(tmp_path)
+    assert "**no verdict yet (2 of 3 seeds run)**" in claim_line(page)
+    assert (
+        "- `" + f"{tmp_path.name}/users-vit/impulse/seed2`: metrics.jsonl gives epoch 1 test_acc 82.0" in page
+    )
+
+
+@pytest.mark.parametrize("missing", ["metrics.jsonl", "config.yaml"])
+def test_a_finished_run_folder_without_its_metrics_or_config_is_named_on_the_page(tmp_path, missing):
+    for seed in range(3):
+        fake_run(tmp_path, "random", seed, [70.0 + seed])
+        fake_run(tmp_path, "impulse", seed, [80.0 + seed])
+    (tmp_path / "users-vit" / "impulse" / "seed2" / missing).unlink()
+    claims(tmp_path, row="impulse", reference="random")
+    page = render(tmp_path)
+    assert "**no verdict yet (2 of 3 seeds run)**" in claim_line(page)
+    folder = f"{tmp_path.name}/users-vit/impulse/seed2"
+    assert (
+        f"- `{folder}`: it is finished but has no {missing}; restore it from a copy or rerun the run" in page
+    )
+
+
+REFUSED_CLAIM_FIELDS = {  # a hand-edited claims.yaml value of the wrong type: (field, value, message)
+    "claim a number": ("claim", 5, "claim 1: field 'claim' must be text, got 5"),
+    "paper a list": ("paper", [71.3], "field 'paper' must be text (the paper's number or statement)"),
+    "paper a boolean": ("paper", True, "field 'paper' must be text"),
+    "section a list": ("section", ["a"], "field 'section' must be text"),
+    "metric a number": ("metric", 5, "field 'metric' must be text, got 5"),
+    "metric epoch not a count": ("metric", "acc_at_epoch:abc", "must be acc_at_epoch:N"),
+    "metric epoch a non-ASCII digit": ("metric", "acc_at_epoch:²", "must be acc_at_epoch:N"),
+    "expect null": ("expect", None, "field 'expect' must be text, got None"),
+    "folder a number": ("folder", 5, "field 'folder' must name one folder under results/, got 5"),
+    "folder a path": ("folder", "../elsewhere", "field 'folder' must name one folder under results/"),
+    "row a list": ("row", [1, 2], "field 'row' must be text, got [1, 2]"),
+    "margin text": ("margin", "abc", "field 'margin' must be a finite number >= 0 (points), got 'abc'"),
+    "margin negative": ("margin", -1, "field 'margin' must be a finite number >= 0 (points), got -1"),
+    "margin nan": ("margin", float("nan"), "field 'margin' must be a finite number >= 0 (points), got nan"),
+    "margin a boolean": ("margin", True, "field 'margin' must be a finite number >= 0"),
+    "note a list": ("note", ["a", "b"], "field 'note' must be text, got ['a', 'b']"),
+    "overrides text": ("overrides", "epochs=100", "field 'overrides' must map config keys to values"),
+    "overrides a list": ("overrides", ["epochs=100"], "field 'overrides' must map config keys to values"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_CLAIM_FIELDS)
+def test_a_claim_field_of_the_wrong_type_is_refused_in_one_line_naming_the_claim_and_field(tmp_path, case):
+    field, value, message = REFUSED_CLAIM_FIELDS[case]
+    claims(tmp_path, **{"row": "impulse", "reference": "random", field: value})
+    with pytest.raises(ConfigError, match=re.escape(message)) as refused:
+        render(tmp_path)
+    assert str(refused.value).startswith(f"{tmp_path / 'claims.yaml'}: claim 1")
+    assert "\n" not in str(refused.value)
+
+
+def test_a_papers_number_written_bare_is_shown_as_its_text(tmp_path):
+    claims(tmp_path, row="impulse", reference="random", paper=71.3)
+    assert claim_line(render(tmp_path)).startswith("| C | 71.3 |")
+
+
+@pytest.mark.parametrize(
+    "overrides, command_item",
+    [
+        ({"track": ["init_quality"]}, "'track=[init_quality]'"),
+        ({"model_args": {"depth": 2}}, "'model_args={depth: 2}'"),
+    ],
+)
+def test_list_or_mapping_valued_overrides_give_a_page_and_a_command_reproduce_reads(
+    tmp_path, overrides, command_item
+):
+    claims(tmp_path, row="impulse", reference="random", overrides=overrides, folder="changed")
+    page = render(tmp_path)
+    command = next(line for line in page.splitlines() if line.startswith("convinit reproduce users-vit"))
+    assert command.endswith(f"threads=1 {command_item}")
+    from convinit.config import parse_overrides  # the command's items are what the claim's overrides say
+
+    assert parse_overrides([shlex.split(command)[-1]]) == overrides
+
+
+def test_a_reference_that_is_no_row_of_its_experiment_is_refused_naming_the_rows_that_are(tmp_path):
+    claims(tmp_path, row="impulse", reference="randon")
+    with pytest.raises(
+        ConfigError, match="reference 'randon' is no row of users-vit; did you mean 'random'"
+    ) as refused:
+        render(tmp_path)
+    assert "(its rows: random, scaled-position, impulse, mimetic (Trockman & Kolter))" in str(refused.value)
+
+
+def test_an_init_report_holding_a_list_where_a_mapping_goes_shows_no_start_figures(tmp_path):
+    for seed in range(3):
+        fake_run(tmp_path, "random", seed, [70.0 + seed])
+        report = tmp_path / "users-vit" / "random" / f"seed{seed}" / "init_report.json"
+        report.write_text(json.dumps({"real_pass_held_out": [0.5, 0.6]}))
+    claims(tmp_path, row="random")
+    grid_row = next(line for line in render(tmp_path).splitlines() if line.startswith("| random |"))
+    assert grid_row.endswith("| - | - |")
+
+
+def test_results_out_on_a_directory_names_it_and_asks_for_a_file_path(tmp_path, capsys):
+    claims(tmp_path, row="impulse", reference="random")
+    assert main(["results", "--results", str(tmp_path), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"--out {tmp_path} is a directory; give the page's file path (e.g. {tmp_path / 'results.md'})" in err
+    )
+    assert ".tmp" not in err
+
+
+def test_results_finds_the_checkouts_results_from_any_directory(tmp_path, monkeypatch):
+    """`convinit results --check` outside the checkout root reads the checkout's results/ and docs page."""
+    from convinit.experiments.results_page import results_paths
+
+    monkeypatch.chdir(tmp_path)
+    assert results_paths() == (REPO / "results", REPO / "docs" / "results.md")
+    assert results_paths(tmp_path / "mine") == (tmp_path / "mine", tmp_path / "docs" / "results.md")
+
+
+def test_results_outside_any_checkout_asks_for_the_results_dir(tmp_path, monkeypatch, capsys):
+    from convinit.experiments import results_page
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(results_page, "__file__", str(tmp_path / "site-packages/convinit/experiments/x.py"))
+    assert main(["results", "--check"]) == 2
+    assert "pass --results-dir DIR (the folder holding claims.yaml" in capsys.readouterr().err
+    (tmp_path / "kept").mkdir()
+    claims(tmp_path / "kept", row="impulse", reference="random")
+    assert main(["results", "--results-dir", str(tmp_path / "kept"), "--out", str(tmp_path / "p.md")]) == 0

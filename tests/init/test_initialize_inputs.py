@@ -121,7 +121,7 @@ def test_a_scheme_failing_midway_leaves_every_tensor_as_it_was(family, monkeypat
     model = model_of(family)
     before = tensors(model)
     parameters = dict(model.named_parameters())
-    with pytest.raises(RuntimeError, match="provoked"):
+    with pytest.raises(ConfigError, match=r"^impulse init failed \(RuntimeError: provoked\); the model was"):
         initialize(model, "impulse", images=GOOD)
     assert_unchanged(model, before)
     assert all(p is parameters[name] for name, p in model.named_parameters())  # the same objects
@@ -154,3 +154,47 @@ def test_double_images_are_taken_in_the_models_float_type():
         warnings.simplefilter("ignore")
         report = initialize(model, "random", images=GOOD.double())
     assert np.isfinite(report["real_pass"]["mean_entropy"])
+
+
+@pytest.mark.parametrize(
+    "scheme, options, message",
+    [
+        ("mimetic", {"a1": "x"}, "mimetic init option a1 must be a number, got 'x' (str)"),
+        ("mimetic", {"seed": "a"}, "mimetic init option seed must be an integer or null, got 'a' (str)"),
+        ("impulse", {"seed": 1.5}, "impulse init option seed must be an integer or null, got 1.5 (float)"),
+        ("random", {"held_out": "a"}, "random init option held_out must be a number, got 'a' (str)"),
+        ("mimetic", {"held_out": [0.5]}, "mimetic init option held_out must be a number, got [0.5] (list)"),
+    ],
+)
+def test_the_python_api_refuses_options_of_the_wrong_type_in_one_config_error_line(scheme, options, message):
+    """These ended in Python's and torch's own TypeError and RuntimeError (manual_seed expected a long;
+    '<=' not supported between float and str)."""
+    model = model_of("convinit")
+    before = tensors(model)
+    with pytest.raises(ConfigError, match="^[^\n]*$") as info:
+        initialize(model, scheme, images=GOOD, **options)
+    assert str(info.value).startswith(message)
+    assert_unchanged(model, before)
+
+
+@pytest.mark.parametrize("scheme", ["random", "mimetic", "impulse"])
+def test_a_model_without_parameters_is_one_config_error_line_not_stop_iteration(scheme):
+    with pytest.raises(ConfigError, match="^the ReLU given to initialize has no parameters to initialise$"):
+        initialize(nn.ReLU(), scheme, images=GOOD)
+
+
+def test_a_scheme_that_writes_an_infinite_weight_with_a_finite_report_is_refused_and_undone(monkeypatch):
+    """The report is not the weights: here mimetic's output projection is written inf while every
+    figure it reports stays finite."""
+    from convinit.init.schemes import mimetic
+
+    def infinite_out_weight(slot, *args, **kwargs):
+        with torch.no_grad():
+            slot.out_weight.fill_(float("inf"))
+
+    monkeypatch.setattr(mimetic, "mimetic_value_proj", infinite_out_weight)
+    model = model_of("convinit")
+    before = tensors(model)
+    with pytest.raises(ConfigError, match=r"^mimetic init wrote NaN or infinite values into the model's "):
+        initialize(model, "mimetic")
+    assert_unchanged(model, before)

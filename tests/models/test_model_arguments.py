@@ -52,6 +52,18 @@ REFUSED = {
         "hidden_size=30 is not divisible by model_args.num_attention_heads=4",
     ),
     "hf-patch-larger-than-image": (["model=hf:vit"], "patch_size=16 is larger than the (8, 8) image"),
+    "hf-list-hidden_size": (
+        [*HF, "model_args.hidden_size=[32,32]"],
+        "hidden_size=[32, 32] must be an integer",
+    ),
+    "hf-list-heads": (
+        [*HF, "model_args.num_attention_heads=[2]"],
+        "num_attention_heads=[2] must be an integer",
+    ),
+    "hf-list-dropout": (
+        [*HF, "model_args.hidden_dropout_prob=[0.1]"],
+        "hidden_dropout_prob=[0.1] must be a number",
+    ),
 }
 
 

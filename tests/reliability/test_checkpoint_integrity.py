@@ -15,9 +15,10 @@ import pytest
 import torch
 import torch.nn as nn
 
+from convinit.errors import ConfigError
 from convinit.runs import checkpoint as ckpt
 from convinit.runs.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint, verify_checkpoint
-from convinit.runs.run_dir import prepare_run_dir
+from convinit.runs.run_dir import prepare_run_dir, refuse_if_all_damaged
 
 
 class Crash(BaseException):
@@ -99,11 +100,18 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous_with_a_warning(two
     assert message == f"checkpoint {newest} is damaged ({problem}); using the previous one, epoch-0001"
 
 
-def test_no_intact_checkpoint_left_says_so(two_checkpoints):
+def test_no_intact_checkpoint_left_warns_nothing_so_that_resume_prints_only_its_error_line(two_checkpoints):
+    """--resume then refuses in one line naming every damaged checkpoint; a warning per checkpoint
+    before it would say the same twice."""
     for path in list_checkpoints(two_checkpoints):
         (path / "manifest.json").unlink()
-    with pytest.warns(UserWarning, match="no intact checkpoint is left"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert latest_checkpoint(two_checkpoints) is None
+    with pytest.raises(
+        ConfigError, match=r"every checkpoint of .* \(epoch-0001: no manifest; epoch-0002: no"
+    ):
+        refuse_if_all_damaged(two_checkpoints)
 
 
 def crash_after(stage: str):

@@ -128,6 +128,55 @@ def test_the_cli_reports_a_malformed_folder_in_one_line_with_exit_2(folder, dama
     assert err.startswith("convinit: error: ") and err.count("\n") == 1
 
 
+def own_model_folder(kind: str, folder: Path) -> Path:
+    """A tiny `timm:` or `hf:vit` model saved as `convinit export` saves one."""
+    from convinit.models.external import build_model_by_name
+
+    torch.manual_seed(0)
+    shape = dict(num_classes=2, img_size=8, in_chans=1, patch_size=4)
+    if kind == "timm":
+        model = build_model_by_name("timm:vit_tiny_patch16_224", **shape, embed_dim=16, depth=1, num_heads=2)
+    else:
+        sizes = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+        model = build_model_by_name("hf:vit", **shape, **sizes)
+    return convinit.save_pretrained(model, folder)
+
+
+TAMPERED_EXPORTS = {  # a timm / transformers export's config.json edited: (kind, model_args change, field)
+    "timm act_layer unknown": ("timm", {"act_layer": "bogus"}, "model_args.act_layer='bogus'"),
+    "timm width a text": ("timm", {"embed_dim": "sixteen"}, "model_args.embed_dim='sixteen' is not a number"),
+    "timm weights named": ("timm", {"pretrained": True}, "model_args.pretrained is not passed to the model"),
+    "hf flash attention": ("hf", {"attn_implementation": "flash_attention_2"}, "attn_implementation"),
+    "hf layers a text": (
+        "hf",
+        {"num_hidden_layers": "two"},
+        "model_args.num_hidden_layers='two' is not a number",
+    ),
+    "hf activation unknown": ("hf", {"hidden_act": "bogus"}, "model_args.hidden_act='bogus'"),
+}
+
+
+@pytest.mark.parametrize("case", TAMPERED_EXPORTS)
+def test_a_tampered_timm_or_transformers_export_is_one_line_naming_the_folder_and_field(tmp_path, case):
+    kind, change, field = TAMPERED_EXPORTS[case]
+    folder = own_model_folder(kind, tmp_path / "model")
+    edit_config(lambda c: c["model_args"].update(change))(folder)
+    with pytest.raises(ConfigError) as info:
+        convinit.from_pretrained(folder)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{folder}: config.json is damaged: ")
+    assert field in message and message.endswith("export the model again")
+
+
+def test_predict_with_a_tampered_timm_export_exits_2_in_one_line(tmp_path, capsys):
+    folder = own_model_folder("timm", tmp_path / "model")
+    edit_config(lambda c: c["model_args"].update(act_layer="bogus"))(folder)
+    Image.new("L", (8, 8)).save(tmp_path / "x.png")
+    assert main(["predict", str(folder), str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"convinit: error: {folder}: config.json is damaged") and err.count("\n") == 1
+
+
 def test_a_missing_path_that_is_no_hub_name_says_so(tmp_path):
     with pytest.raises(ConfigError, match="not a model folder nor a Hub name"):
         convinit.from_pretrained(tmp_path / "no" / "such" / "folder")

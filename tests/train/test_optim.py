@@ -140,3 +140,12 @@ def test_qk_pull_is_refused_in_one_line_on_a_model_without_q_k_weights():
     assert "\n" not in str(info.value)
     with pytest.raises(ConfigError, match="'qk_pull' must not be negative"):
         resolve_config(None, ["qk_pull=-1"])
+
+
+def test_qk_pull_on_frozen_attention_is_refused_because_it_would_pull_nothing():
+    """freeze_attention keeps the Q/K weights at their start: the pull's anchor; a pull there is a no-op
+    that used to pass silently."""
+    cfg = resolve_config(None, ["qk_pull=1.0", "model_args.freeze_attention=true", "device=cpu"])
+    with pytest.raises(ConfigError, match="but this model's are frozen") as info:
+        validate(cfg)
+    assert "\n" not in str(info.value)

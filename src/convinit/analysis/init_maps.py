@@ -19,6 +19,7 @@ import torch.nn as nn
 from convinit.errors import ConfigError
 from convinit.models.filters import impulse_conv_matrix
 from convinit.models.layers import record_attention
+from convinit.system.atomic import atomic_writer
 
 
 def query_index(query: int | Sequence[int] | None, grid: tuple[int, int]) -> int:
@@ -109,5 +110,6 @@ def save_init_maps(
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_writer(path, "wb") as f:  # never through a link the folder may hold
+        fig.savefig(f, format=path.suffix.lstrip(".") or None, dpi=120)
     return path

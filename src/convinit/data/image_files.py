@@ -4,11 +4,16 @@ Used by the readers of Tiny-ImageNet, `folder` and `hf`, by the streamed loader 
 registers no dataset, so it sits beside `readers/` rather than in it: the dataset registry imports every
 module of `readers/`, and each of them is a reader. An image source is a path or the encoded bytes of
 one file (as a `datasets` Image column stores it).
+
+Every open of a user's image goes through `open_image`, which holds one rule: an image of more pixels than
+PIL's limit (`Image.MAX_IMAGE_PIXELS`) is refused from its header, before a pixel is decoded. PIL itself
+refuses only beyond twice its limit and merely warns in between.
 """
 
 from __future__ import annotations
 
 import io
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +31,10 @@ ImageSource = Path | bytes
 UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
 
-def unreadable_image(path: ImageSource | str, exc: BaseException) -> DataError:
+DATASET_REMEDY = "remove it from the dataset"
+
+
+def unreadable_image(path: ImageSource | str, exc: BaseException, remedy: str = DATASET_REMEDY) -> DataError:
     """The one-line error for an image file that cannot be used, naming it."""
     if isinstance(exc, DataError):  # already names it (e.g. NaN pixels)
         return exc
@@ -34,19 +42,27 @@ def unreadable_image(path: ImageSource | str, exc: BaseException) -> DataError:
     if isinstance(exc, Image.DecompressionBombError):
         return DataError(
             f"{where} is larger than PIL's limit of {Image.MAX_IMAGE_PIXELS} pixels (a decompression bomb?); "
-            "it was not decoded: resize it or remove it from the dataset"
+            f"it was not decoded: resize it or {remedy}"
         )
     detail = " ".join(str(exc).split())[:200] or type(exc).__name__
-    return DataError(f"{where} cannot be decoded ({detail}); replace it or remove it from the dataset")
+    return DataError(f"{where} cannot be decoded ({detail}); replace it or {remedy}")
 
 
-def open_image(source: ImageSource) -> Image.Image:
+def open_image(source: ImageSource, remedy: str = DATASET_REMEDY) -> Image.Image:
     """PIL's lazy open (the header only) of a file or of an encoded file's bytes; one line naming the
-    file if it is not an image or is over PIL's decompression-bomb limit."""
+    file if it is not an image or has more pixels than PIL's limit (refused here from the header, where
+    PIL itself only warns up to twice the limit; the limit is read at each call, so a caller may set it)."""
     try:
-        return Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+        with warnings.catch_warnings():  # PIL's warning between 1x and 2x its limit: judged below instead
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
     except UNREADABLE as exc:
-        raise unreadable_image(source, exc) from exc
+        raise unreadable_image(source, exc, remedy) from exc
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and img.width * img.height > limit:
+        img.close()
+        raise unreadable_image(source, Image.DecompressionBombError(f"{img.size} pixels"), remedy)
+    return img
 
 
 # PIL's modes of more than 8 bits per value: 16-bit and 32-bit integers, 32-bit floats (one channel)

@@ -42,7 +42,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from convinit.data.epoch_order import epoch_indices
-from convinit.data.image_files import UNREADABLE, to_mode, unreadable_image
+from convinit.data.image_files import UNREADABLE, open_image, to_mode, unreadable_image
 from convinit.errors import DataError
 from convinit.system.parent_death import die_with_worker_parent
 from convinit.system.torchvision_pair import needs_torchvision
@@ -209,7 +209,7 @@ class StreamingImages(Dataset):
             pixels = self.source[index].permute(1, 2, 0).numpy()  # (H, W, C)
             return Image.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels).convert(self.mode)
         try:
-            with Image.open(self.source[index]) as img:
+            with open_image(self.source[index]) as img:
                 return to_mode(img, self.mode, self.source[index])
         except UNREADABLE as exc:
             raise unreadable_image(self.source[index], exc) from exc
@@ -377,7 +377,7 @@ def sampled_statistics(
     total, total_sq, n = np.zeros(in_chans), np.zeros(in_chans), 0
     for path in list(paths)[:: max(1, len(paths) // count)][:count]:
         try:
-            with Image.open(path) as img:
+            with open_image(path) as img:
                 img.draft(mode, (512, 512))
                 pixels = np.asarray(to_mode(img, mode, path), dtype=np.float64).reshape(-1, in_chans) / 255
         except UNREADABLE as exc:  # a decompression bomb or a corrupt file: one line naming it

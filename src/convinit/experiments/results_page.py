@@ -16,11 +16,18 @@ the whole interval lies within +-margin of 0 (the claim's `margin`, 2 points unl
 when the interval excludes 0 and leaves that band, and is within noise when the interval holds 0 but is
 too wide to show equivalence (a wide interval is not evidence of no difference). Fewer than three paired
 seeds give no verdict; rows not yet run say so with the command that runs them.
+
+claims.yaml is edited by hand: every field is checked for its type when it is read (and a row or reference
+must be a row of its experiment), or the page is refused in one line naming the claim and the field. A
+run's final figure is the row its `finished.json` records (`convinit.experiments.report.read_run`); every
+run folder that gives no figure is named on the page with the reason.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import shlex
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,12 +35,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from convinit.config import read_yaml
 from convinit.errors import ConfigError
 from convinit.experiments.grid import expand, flatten
 from convinit.experiments.paired import PairedDifference, paired_difference
 from convinit.experiments.report import RunRecord, find_runs, read_json
 from convinit.naming.did_you_mean import suggestion
+from convinit.system.read_back import short_repr
 
 CLAIMS_FILE = "claims.yaml"
 MIN_SEEDS = 3  # the fewest paired seeds a verdict is drawn from
@@ -69,18 +79,41 @@ class Claim:
     def runs_folder(self) -> str:
         return self.folder or self.experiment or ""
 
-    def overrides_text(self) -> str:
-        return " ".join(f"{key}={value}" for key, value in (self.overrides or {}).items())
+    def overrides_text(self, for_shell: bool = False) -> str:
+        """`key=value` items as `convinit reproduce` reads them back (flow YAML; quoted for a shell)."""
+        items = [f"{key}={flow_value(value)}" for key, value in (self.overrides or {}).items()]
+        return " ".join(shlex.quote(item) if for_shell else item for item in items)
 
     def command(self) -> str:
         if self.experiment is None:
             return ""
         out = f"--scale small --out results/{self.runs_folder} threads=1"
-        return f"convinit reproduce {self.experiment} {out} {self.overrides_text()}".rstrip()
+        return f"convinit reproduce {self.experiment} {out} {self.overrides_text(for_shell=True)}".rstrip()
+
+
+def flow_value(value: Any) -> str:
+    """A YAML value as one line of flow YAML (`3`, `[init_quality]`, `{dim: 32}`)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip().removesuffix("...").strip()
+
+
+def results_paths(results: Path | None = None, out: Path | None = None) -> tuple[Path, Path]:
+    """The results folder and the page: `results` as given, else ./results where it holds the claims
+    file, else the results/ of the checkout this package is installed from (editable installs), so that
+    `convinit results --check` works from any directory; the page defaults to docs/results.md beside it."""
+    if results is None:
+        here, checkout = Path("results"), Path(__file__).resolve().parents[3] / "results"
+        results = next((p for p in (here, checkout) if (p / CLAIMS_FILE).is_file()), None)
+        if results is None:
+            raise ConfigError(
+                f"no results folder here ({here / CLAIMS_FILE} not found) nor in the checkout convinit is "
+                "installed from; pass --results-dir DIR (the folder holding claims.yaml and the kept runs)"
+            )
+    return results, out if out is not None else results.parent / "docs" / "results.md"
 
 
 def load_claims(results: Path) -> list[Claim]:
-    """The claims of `results/claims.yaml`, each checked for its keys and direction."""
+    """The claims of `results/claims.yaml`, each checked for its keys, the type of every field, its direction,
+    metric and margin, and that its row and reference are rows of its experiment."""
     path = results / CLAIMS_FILE
     if not path.is_file():
         raise ConfigError(f"{path} not found: the results folder must hold the claims file")
@@ -96,17 +129,66 @@ def load_claims(results: Path) -> list[Claim]:
             or not {"section", "claim", "paper"} <= set(entry)
         ):
             raise ConfigError(f"{path}: claim {index + 1} must have section, claim, paper and only {fields}")
-        claim = Claim(**entry)
-        if claim.expect not in DIRECTIONS:
-            raise ConfigError(f"{path}: claim {index + 1} expects {claim.expect!r}; use one of {DIRECTIONS}")
+        name = f"claim {index + 1}" + (
+            f" ({short_repr(entry['claim'])})" if isinstance(entry["claim"], str) else ""
+        )
         try:
-            find_metric(claim.metric)  # a mistyped metric is refused before any run is read
+            claims.append(checked_claim(entry))
         except ConfigError as error:
-            raise ConfigError(f"{path}: claim {index + 1}: {error}") from None
-        if claim.overrides and not claim.folder:
-            raise ConfigError(f"{path}: claim {index + 1} has overrides but no folder: add one")
-        claims.append(claim)
+            raise ConfigError(f"{path}: {name}: {error}") from None
     return claims
+
+
+CLAIM_TEXT_FIELDS = ("section", "claim", "experiment", "row", "reference", "expect", "metric", "cpu", "note")
+
+
+def checked_claim(entry: dict[str, Any]) -> Claim:
+    """A claims.yaml entry as a Claim, every field of the type the page reads it as (the file is edited by
+    hand); ConfigError naming the field otherwise."""
+    entry = dict(entry)
+    paper = entry["paper"]
+    if isinstance(paper, int | float) and not isinstance(paper, bool) and math.isfinite(paper):
+        entry["paper"] = str(paper)  # the paper's number, written bare (`paper: 71.3`), is shown as it reads
+    elif not isinstance(paper, str):
+        raise ConfigError(
+            f"field 'paper' must be text (the paper's number or statement), got {short_repr(paper)}"
+        )
+    for key in CLAIM_TEXT_FIELDS:
+        if key in entry and not (isinstance(entry[key], str) or (entry[key] is None and key in OPTIONAL)):
+            raise ConfigError(f"field {key!r} must be text, got {short_repr(entry[key])}")
+    folder = entry.get("folder")
+    if folder is not None and not (isinstance(folder, str) and folder and Path(folder).name == folder):
+        raise ConfigError(f"field 'folder' must name one folder under results/, got {short_repr(folder)}")
+    margin = entry.get("margin", EQUIVALENCE_MARGIN)
+    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin < math.inf:
+        raise ConfigError(f"field 'margin' must be a finite number >= 0 (points), got {short_repr(margin)}")
+    overrides = entry.get("overrides")
+    if overrides is not None and not (
+        isinstance(overrides, dict) and all(isinstance(k, str) for k in overrides)
+    ):
+        raise ConfigError(
+            f"field 'overrides' must map config keys to values (e.g. {{epochs: 100}}), "
+            f"got {short_repr(overrides)}"
+        )
+    claim = Claim(**entry)
+    if claim.expect not in DIRECTIONS:
+        raise ConfigError(f"expects {claim.expect!r}; use one of {DIRECTIONS}")
+    find_metric(claim.metric)  # a mistyped metric is refused before any run is read
+    if claim.overrides and not claim.folder:
+        raise ConfigError("has overrides but no folder: add one")
+    if claim.experiment is not None:
+        rows = row_configs(claim.experiment, overrides_key(claim))
+        for key in ("row", "reference"):
+            label = getattr(claim, key)
+            if label is not None and label not in rows:
+                raise ConfigError(
+                    f"{key} {label!r} is no row of {grid_words(claim)}{suggestion(label, list(rows))} "
+                    f"(its rows: {', '.join(rows)}); name one of them"
+                )
+    return claim
+
+
+OPTIONAL = ("experiment", "row", "reference", "cpu", "note")  # text, or null for none
 
 
 def metric_value(record: RunRecord, metric: str) -> float | None:
@@ -178,7 +260,9 @@ def nonlocality_growth(record: RunRecord, _: str) -> float | None:
 METRICS: dict[str, Metric] = {  # a plain name, or a prefix ending in ':' that takes a parameter
     "final_acc": Metric(lambda record, _: record.final_accuracy, "the last epoch's test accuracy"),
     "final_train_acc": Metric(final_train_acc, "the last epoch's running training accuracy (as trained)"),
-    "acc_at_epoch:": Metric(acc_at_epoch, "the test accuracy after epoch N", "N", str.isdigit),
+    "acc_at_epoch:": Metric(
+        acc_at_epoch, "the test accuracy after epoch N", "N", lambda n: n.isascii() and n.isdigit()
+    ),
     "tracked_end:": Metric(
         lambda record, key: number(record.metrics[-1].get(key)),
         "a tracker's figure at the end, e.g. tracked_end:init_quality/target_mass",
@@ -268,7 +352,7 @@ def mean_std(values: dict[int, float]) -> str:
 def setting(claim: Claim, records: list[RunRecord]) -> str:
     """'digits, 1,000 train / 797 test images, simplevit (dim 64, depth 4), 20 epochs': the row's
     config as the grid states it (so a row not yet run shows it too), image counts from a finished run."""
-    configs = row_configs(claim.experiment or "", tuple((claim.overrides or {}).items()))
+    configs = row_configs(claim.experiment or "", overrides_key(claim))
     if claim.row not in configs:
         return "-"
     config = configs[claim.row]
@@ -282,10 +366,15 @@ def setting(claim: Claim, records: list[RunRecord]) -> str:
     return f"{config.get('dataset')}, {size}, {model_words(config)}, {config.get('epochs')} epochs"
 
 
+def overrides_key(claim: Claim) -> str:
+    """A claim's overrides as JSON text: hashable (for `row_configs`' cache) with list or mapping values."""
+    return json.dumps(claim.overrides or {}, sort_keys=True)
+
+
 @cache
-def row_configs(experiment: str, overrides: tuple[tuple[str, Any], ...] = ()) -> dict[str, dict[str, Any]]:
+def row_configs(experiment: str, overrides: str = "{}") -> dict[str, dict[str, Any]]:
     """{row label: config} of an experiment's small scale, from its preset, with a claim's overrides."""
-    specs = expand(experiment, "small", seeds=[0], extra_overrides=flatten(dict(overrides)))
+    specs = expand(experiment, "small", seeds=[0], extra_overrides=flatten(json.loads(overrides)))
     return {spec.label: spec.config.to_dict() for spec in specs}
 
 
@@ -336,10 +425,11 @@ def render(results: Path) -> str:
     """The whole page, from `results/claims.yaml` and the runs under `results/`."""
     claims = load_claims(results)
     runs: dict[str, list[RunRecord]] = {}
+    skipped: list[tuple[Path, str]] = []
     for claim in claims:
         if claim.experiment and claim.runs_folder not in runs:
             folder = results / claim.runs_folder
-            runs[claim.runs_folder] = find_runs(folder) if folder.is_dir() else []
+            runs[claim.runs_folder] = find_runs(folder, skipped) if folder.is_dir() else []
     sections: dict[str, list[tuple[Claim, Outcome]]] = {}  # each claim judged once, in the file's order
     for claim in claims:
         sections.setdefault(claim.section, []).append((claim, judge(claim, runs.get(claim.runs_folder, []))))
@@ -356,8 +446,24 @@ def render(results: Path) -> str:
         parts += ["", "Notes:", "", *(f"- {note}" for note in dict.fromkeys(notes))] if notes else []
         commands = [c.command() for c in chosen if c.experiment]
         parts += ["", "Made by:", "", "```bash", *dict.fromkeys(commands), "```", ""] if commands else [""]
+    parts += left_out(skipped, results)
     parts += grid_tables(runs, {c.runs_folder: c.command() for c in reversed(claims) if c.experiment})
     return "\n".join(parts).rstrip() + "\n"
+
+
+def left_out(skipped: list[tuple[Path, str]], results: Path) -> list[str]:
+    """Every run folder that gives no figure, named with the reason (so "2 of 3 seeds run" is explained)."""
+    if not skipped:
+        return []
+    lines = [f"- `{run_dir.relative_to(results.parent)}`: {reason}" for run_dir, reason in skipped]
+    return [
+        "## Run folders left out",
+        "",
+        "These folders hold a run's files but give no figure:",
+        "",
+        *lines,
+        "",
+    ]
 
 
 VERDICT_KINDS = ("holds", "does not hold", "within noise", "not measurable", "no verdict", "not yet run")
@@ -422,8 +528,8 @@ def init_figures(records: list[RunRecord], label: str) -> str:
     """Mean over seeds of the init report's held-apart real-pass figures, where the init has targets."""
     found = []
     for record in (r for r in records if r.label == label):
-        held = read_json(record.run_dir / "init_report.json").get("real_pass_held_out") or {}
-        if isinstance(held.get("mean_mass"), int | float):
+        held = read_json(record.run_dir / "init_report.json").get("real_pass_held_out")
+        if isinstance(held, dict) and isinstance(held.get("mean_mass"), int | float):
             found.append(held)
     if not found:
         return "-"

@@ -21,6 +21,7 @@ from convinit.init.inputs import (
     ModelSnapshot,
     check_finite_report,
     check_weights,
+    check_written_weights,
     checked_images,
     trial_forward,
 )
@@ -39,15 +40,18 @@ def initialize(
     statistics of real forward passes (`convinit.init.measure`), for models with attention layers.
     The fit uses torch's intra-op threads (`torch.get_num_threads()`) and starts no others.
 
-    Checked first, each refused in one line (ConfigError): images that are not a floating-point
-    (B, C, H, W) tensor of the model's channels and size, or hold NaN, inf or huge values; a model
-    holding NaN/inf weights. All or nothing: if the scheme fails, or reports a NaN or inf figure, every
-    parameter and buffer of the model is put back as it was before the error is raised.
+    Checked first, each refused in one line (ConfigError): an option the scheme does not take, of the
+    wrong type or out of its range; images that are not a floating-point (B, C, H, W) tensor of the
+    model's channels and size, or hold NaN, inf or huge values; a model without parameters or holding
+    NaN/inf weights. All or nothing: if the scheme fails, writes a NaN or inf weight or reports a NaN or
+    inf figure, every parameter and buffer of the model is put back as it was and a ConfigError raised.
     """
     init_spec(scheme, options)  # an unknown scheme or option: one ConfigError line, the model untouched
     fn = SCHEMES.get(scheme)
     if not isinstance(model, nn.Module):
         raise ConfigError(f"initialize takes a torch.nn.Module, got {type(model).__name__}")
+    if next(model.parameters(), None) is None:
+        raise ConfigError(f"the {type(model).__name__} given to initialize has no parameters to initialise")
     check_weights(model)
     if images is not None:
         images = checked_images(model, images)
@@ -58,13 +62,19 @@ def initialize(
     try:  # the scheme called here, not in a helper: its warnings' stacklevel points at our caller
         start = time.perf_counter()
         report = complete_report(model, scheme, dict(fn(model, **options)), start, images)
+        check_written_weights(model, scheme)  # what it wrote, not only what it reports
     except BaseException as exc:
         snapshot.restore()
-        if isinstance(exc, torch.linalg.LinAlgError):
-            detail = " ".join(str(exc).split())[:200]
+        if isinstance(exc, SCHEME_ERRORS) and not isinstance(exc, ConfigError):
+            detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
             raise ConfigError(f"{scheme} init failed ({detail}); the model was left as it was") from exc
         raise
     return report
+
+
+# what a scheme raises on values it cannot fit (a solver that does not converge, a shape it cannot take):
+# a ConfigError for the caller, the original chained; KeyboardInterrupt and the like pass as they are
+SCHEME_ERRORS = (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError, LookupError)
 
 
 def complete_report(

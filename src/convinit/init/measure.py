@@ -184,6 +184,12 @@ def untargeted_real_pass(model: nn.Module, images: torch.Tensor) -> dict[str, An
     return real_pass_quality(model, slots, images_for(MEASURE_TOKENS, slots[0].grid, images))
 
 
+def check_held_out(held_out: float, scheme: str) -> None:
+    """held_out is a share of the image batch: in [0, 1) (1 would leave nothing to fit or measure on)."""
+    if not 0.0 <= held_out < 1.0:
+        raise ConfigError(f"{scheme} held_out must be in [0, 1), got {held_out!r}")
+
+
 def split_batch(images: torch.Tensor, held_out: float, grid) -> tuple[torch.Tensor, torch.Tensor]:
     """(images fitted on, images held apart): the last `held_out` share of the batch (at least one
     image when held_out > 0 and the batch has two) is held apart; of each part, the first images

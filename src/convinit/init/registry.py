@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,13 +39,18 @@ def unknown_scheme(typed: str, names: list[str]) -> str:
 SCHEMES: Registry[Scheme] = Registry("init scheme", "convinit.init.schemes", unknown=unknown_scheme)
 
 
-def register_scheme(name: str, options: type | None = None) -> Callable[[Scheme], Scheme]:
+def register_scheme(
+    name: str, options: type | None = None, check: Callable[[dict[str, Any]], None] | None = None
+) -> Callable[[Scheme], Scheme]:
     """Decorator: register `fn(model, **options) -> report` as init scheme `name`. A scheme that takes
     `**options` names the dataclass that parses them (`options`), whose fields are then accepted too and
-    whose construction checks their values."""
+    whose construction checks their values; a scheme whose options are keyword parameters names the
+    function that checks their values (`check`, given the options set). Either runs in `init_spec`,
+    before any model, data or run folder exists; the types the annotations name are checked there too."""
 
     def decorate(fn: Scheme) -> Scheme:
         fn.options_type = options  # type: ignore[attr-defined]
+        fn.check_options = check  # type: ignore[attr-defined]
         return SCHEMES.add(name, fn)
 
     return decorate
@@ -63,6 +71,47 @@ def scheme_options(fn: Scheme) -> list[str]:
     return names + ([f.name for f in dataclasses.fields(parsed)] if parsed is not None else [])
 
 
+# what an annotation of an option admits, and how a refusal names it (other types: the scheme judges)
+OPTION_TYPES: dict[Any, tuple[Callable[[Any], bool], str]] = {
+    bool: (lambda v: isinstance(v, bool), "true or false"),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    float: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    str: (lambda v: isinstance(v, str), "a string"),
+    type(None): (lambda v: v is None, "null"),
+}
+
+
+def option_annotations(fn: Scheme) -> dict[str, Any]:
+    """Option name -> annotation, from the scheme's signature and its options dataclass (unresolvable
+    annotations are left out: the scheme judges those values itself)."""
+    found: dict[str, Any] = {}
+    for source in (fn, getattr(fn, "options_type", None)):
+        if source is None:
+            continue
+        try:
+            found.update(typing.get_type_hints(source))
+        except (NameError, TypeError):
+            continue
+    return {key: hint for key, hint in found.items() if key not in SUPPLIED and key != "return"}
+
+
+def check_option_type(scheme: str, key: str, value: Any, annotation: Any) -> None:
+    """One line for a value its annotation rules out: a boolean must be true or false (the text "no"
+    is not false), a count an integer (true is not 1), a number finite (inf is no weight)."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    kinds = typing.get_args(annotation) if union else (annotation,)
+    if not kinds or any(kind not in OPTION_TYPES for kind in kinds):
+        return
+    if not any(OPTION_TYPES[kind][0](value) for kind in kinds):
+        names = [OPTION_TYPES[kind][1] for kind in kinds]
+        wanted = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
+        raise ConfigError(
+            f"{scheme} init option {key} must be {wanted}, got {value!r} ({type(value).__name__})"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{scheme} init option {key} must be a finite number, got {value!r}")
+
+
 @dataclass(frozen=True)
 class InitSpec:
     """An init scheme and its options, checked against what the scheme accepts (`init_spec`)."""
@@ -76,7 +125,8 @@ class InitSpec:
 
 def init_spec(scheme: str, options: dict[str, Any] | None = None) -> InitSpec:
     """The spec of `scheme` with `options`; one-line ConfigError for an unknown scheme, an option it does
-    not take (with the closest names), or a value its options dataclass refuses. Builds no model."""
+    not take (with the closest names), a value of a type its annotation rules out or not finite, or a
+    value its options dataclass or check refuses. Builds no model."""
     if not isinstance(scheme, str):
         raise ConfigError(f"init must name a scheme ({', '.join(list_schemes())}), got {scheme!r}")
     fn = SCHEMES.get(scheme)  # unknown: a ConfigError naming the closest schemes
@@ -88,8 +138,18 @@ def init_spec(scheme: str, options: dict[str, Any] | None = None) -> InitSpec:
         listing = f"it accepts: {', '.join(accepted)}"
         listing = f" ({listing})" if hint else f"; {listing}"
         raise ConfigError(f"{scheme} init takes no option {', '.join(unknown)}{hint}{listing}")
+    annotations = option_annotations(fn)
+    for key, value in options.items():
+        if key in annotations:
+            check_option_type(scheme, key, value, annotations[key])
+    seed = options.get("seed")
+    if isinstance(seed, int) and not 0 <= seed < 2**63:  # every scheme's seed seeds a torch.Generator
+        raise ConfigError(f"{scheme} init option seed must be in [0, 2**63), got {seed}")
     parsed = getattr(fn, "options_type", None)
     if parsed is not None:
         names = {f.name for f in dataclasses.fields(parsed)}
         parsed(**{key: value for key, value in options.items() if key in names})  # its own value checks
+    check = getattr(fn, "check_options", None)
+    if check is not None:
+        check(options)
     return InitSpec(scheme, options)

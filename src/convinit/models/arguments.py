@@ -53,7 +53,7 @@ def check_model_arguments(name: str, model_args: dict[str, Any]) -> None:
     for key, value in model_args.items():
         check_value(key, value, accepted[key])
     if name.startswith("hf:"):
-        check_transformers_values({**accepted, **model_args})
+        check_transformers_values(accepted, model_args)
 
 
 def accepted_defaults(name: str) -> dict[str, Any] | None:
@@ -119,11 +119,23 @@ def check_value(key: str, value: Any, default: Any) -> None:
             )
 
 
-def check_transformers_values(values: dict[str, Any]) -> None:
-    """What transformers' ViT does not check itself: sizes of at least 1, a width the heads divide,
-    a known activation, dropout probabilities."""
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_transformers_values(defaults: dict[str, Any], model_args: dict[str, Any]) -> None:
+    """What transformers' ViT does not check itself: a number where its config has one (it keeps a
+    list there and fails later in a TypeError; only patch_size may be a pair), sizes of at least 1, a
+    width the heads divide, a known activation, dropout probabilities."""
     from transformers.activations import ACT2FN
 
+    for key, value in model_args.items():
+        default = defaults[key]
+        pair = key == "patch_size" and isinstance(value, (list, tuple)) and len(value) == 2
+        if is_number(default) and not is_number(value) and not pair:
+            kind = "an integer" if isinstance(default, int) else "a number"
+            raise ConfigError(f"model_args.{key}={value!r} must be {kind} (default {default})")
+    values = {**defaults, **model_args}
     for key in HF_POSITIVE:
         sizes = values[key] if isinstance(values[key], (list, tuple)) else [values[key]]
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes):
@@ -144,14 +156,22 @@ def check_transformers_values(values: dict[str, Any]) -> None:
 
 def culprits(construct: Callable[[dict[str, Any]], Any], model_args: dict[str, Any]) -> list[str]:
     """The keys of `model_args` that the constructor refuses on their own (each tried alone), else all
-    of them: a refusal then names what to change."""
-    found = []
-    for key, value in model_args.items():
+    of them: a refusal then names what to change.
+
+    Tried on the meta device (shapes only): a search on the error path never allocates a model, however
+    wide the arguments make it (a model the meta device cannot build at all fails with every key, and
+    every key is named)."""
+    import torch
+
+    def fails(args: dict[str, Any]) -> bool:
         try:
-            construct({key: value})
+            with torch.device("meta"):
+                construct(args)
         except Exception:
-            found.append(key)
-    return found or list(model_args)
+            return True
+        return False
+
+    return [key for key, value in model_args.items() if fails({key: value})] or list(model_args)
 
 
 def refusal(name: str, model_args: dict[str, Any], keys: list[str], exc: BaseException) -> ConfigError:

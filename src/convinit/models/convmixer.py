@@ -150,7 +150,7 @@ def spatial_layer(
         layer = kind(dim, dim, kernel_size, groups=dim, padding=kernel_size // 2)
         if mode == "learned":
             return layer
-        if mode not in ("random", "softmax"):
+        if mode not in ("random", "softmax") and not layer.weight.is_meta:  # meta: shapes only, no values
             with torch.no_grad():
                 bank = scaled_bank(mode, params, dim, kernel_size, heads, paper1, assignment)
                 layer.weight.copy_(bank[:, None])

@@ -25,9 +25,29 @@ Grid = tuple[int, int]
 
 
 def check_kernel_size(kernel_size: int) -> int:
-    """Odd positive kernel sizes only: an even kernel has no centre tap, so 'same' padding is lopsided."""
-    if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+    """Odd positive kernel sizes only: an even kernel has no centre tap, so 'same' padding is lopsided.
+    A boolean is no size (true would be a 1 x 1 kernel)."""
+    if (
+        not isinstance(kernel_size, int)
+        or isinstance(kernel_size, bool)
+        or kernel_size < 1
+        or kernel_size % 2 == 0
+    ):
         raise ConfigError(f"kernel_size must be an odd positive integer (3, 5, 7, ...), got {kernel_size!r}")
+    return kernel_size
+
+
+def check_kernel_fits(kernel_size: int, grid: Grid, what: str = "kernel_size") -> int:
+    """A k x k kernel whose taps can reach the grid: at most 2 * side - 1 on a side-token grid, beyond
+    which the outer taps point outside the grid from every token (all-zero maps). Checked before the
+    kernel's k * k offsets are listed, which for k = 1000001 would be 10^12 of them."""
+    largest = 2 * max(grid) - 1
+    if check_kernel_size(kernel_size) > largest:
+        raise ConfigError(
+            f"{what}={kernel_size} is larger than the {grid[0]}x{grid[1]} token grid allows (at most "
+            f"{largest}: a larger kernel's outer taps point outside the grid from every token); "
+            "use a smaller odd kernel_size"
+        )
     return kernel_size
 
 

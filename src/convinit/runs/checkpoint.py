@@ -9,6 +9,10 @@ usable:
 3. `publish`: one `os.replace` renames the folder to its final name (atomic on POSIX);
 4. `prune`: all but the newest `KEEP` checkpoints, and stale `*.tmp` folders, are removed.
 
+Nothing is written or deleted through a link: a `checkpoints` folder that is a link is refused in one
+line before a write or a prune (it could name another run's checkpoints), and a link inside it is never
+read as a checkpoint; a link in the place of a write's `.tmp` folder or final name is removed, not followed.
+
 Only convinit's own checkpoints count: folders whose name matches `CHECKPOINT_NAME` exactly, ordered
 by the epoch and step numbers in the name (never as strings: `epoch-10000` comes after `epoch-9999`).
 Anything else in `checkpoints/` (a copy `keep-epoch-0003`, a folder `best_resnet`) is never read,
@@ -40,7 +44,7 @@ from safetensors.torch import load_model, save_model
 
 from convinit.errors import ConfigError
 from convinit.runs.ownership import check_still_owner, removing_checkpoints
-from convinit.system.atomic import fsync_dir
+from convinit.system.atomic import fsync_dir, refuse_link
 
 KEEP = 2
 MANIFEST = "manifest.json"
@@ -96,10 +100,18 @@ def write_manifest(tmp: Path, epoch: int, step: int) -> None:
     fsync_file(tmp / MANIFEST)
 
 
+def remove_entry(path: Path) -> None:
+    """Remove a folder, or a link in its place (the link itself: nothing it points to is touched)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def publish(tmp: Path, final: Path) -> None:
-    if final.exists():  # a damaged checkpoint of the same name, from a killed run
+    if final.exists() or final.is_symlink():  # a damaged checkpoint of the same name, from a killed run
         with removing_checkpoints(final.parent.parent):
-            shutil.rmtree(final, ignore_errors=True)
+            remove_entry(final)
     os.replace(tmp, final)
     fsync_dir(final.parent)
 
@@ -107,17 +119,20 @@ def publish(tmp: Path, final: Path) -> None:
 def prune(run_dir: Path, keep: int = KEEP) -> None:
     """Remove all but the newest `keep` of our checkpoints, and the `*.tmp` folders of killed writes;
     nothing whose name is not ours, and no folder without a manifest."""
+    root = run_dir / "checkpoints"
+    refuse_link(root)  # pruning through a link would delete another folder's checkpoints
     ours = list_checkpoints(run_dir)
     old = [p for p in ours[: max(len(ours) - keep, 0)] if (p / MANIFEST).is_file()]
-    root = run_dir / "checkpoints"
     stale = (
-        [p for p in root.iterdir() if p.is_dir() and STALE_WRITE.fullmatch(p.name)] if root.is_dir() else []
+        [p for p in root.iterdir() if STALE_WRITE.fullmatch(p.name) and (p.is_dir() or p.is_symlink())]
+        if root.is_dir()
+        else []
     )
     if not old and not stale:
         return
     with removing_checkpoints(run_dir):
         for path in old + stale:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_entry(path)
 
 
 def save_checkpoint(
@@ -131,10 +146,11 @@ def save_checkpoint(
     """Write one checkpoint atomically; `epoch` counts finished epochs, `step` the steps into the next one."""
     check_still_owner(run_dir)
     root = run_dir / "checkpoints"
+    refuse_link(root)  # a received run folder's `checkpoints -> elsewhere` is never written through
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(epoch, step)
     tmp = root / (final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_entry(tmp)
     tmp.mkdir()
     try:
         write_files(tmp, model, train_state, ema)
@@ -152,11 +168,14 @@ def save_checkpoint(
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Our checkpoint folders, oldest first by (epoch, step); `*.tmp` folders and foreign names are not."""
+    """Our checkpoint folders, oldest first by (epoch, step); `*.tmp` folders, foreign names and links
+    (which a received run folder may hold, pointing anywhere) are not."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    ours = [p for p in root.iterdir() if checkpoint_position(p) is not None and p.is_dir()]
+    ours = [
+        p for p in root.iterdir() if checkpoint_position(p) is not None and p.is_dir() and not p.is_symlink()
+    ]
     return sorted(ours, key=checkpoint_position)
 
 
@@ -189,19 +208,21 @@ def verify_checkpoint(path: Path) -> str | None:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest checkpoint that verifies; each damaged newer one is skipped with a warning."""
+    """The newest checkpoint that verifies; each damaged newer one is skipped with a warning. None, with
+    no warning, when none verifies: the caller's one line says so (`refuse_if_all_damaged` names each
+    damaged one), rather than a warning per checkpoint before it that repeats the same."""
     damaged: list[tuple[Path, str]] = []
-    found = None
     for path in reversed(list_checkpoints(run_dir)):
         problem = verify_checkpoint(path)
         if problem is None:
-            found = path
-            break
+            for newer, why in damaged:
+                warnings.warn(
+                    f"checkpoint {newer} is damaged ({why}); using the previous one, {path.name}",
+                    stacklevel=2,
+                )
+            return path
         damaged.append((path, problem))
-    fallback = f"using the previous one, {found.name}" if found else "no intact checkpoint is left"
-    for path, problem in damaged:
-        warnings.warn(f"checkpoint {path} is damaged ({problem}); {fallback}", stacklevel=2)
-    return found
+    return None
 
 
 def load_weights(model: nn.Module, path: Path, ema: bool = False) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from convinit.runs.ownership import check_still_owner
-from convinit.system.atomic import atomic_write_text
+from convinit.system.atomic import append_text, atomic_write_text
 from convinit.system.read_back import LOG_LIMIT, read_capped, short_repr
 
 
@@ -88,8 +88,7 @@ class MetricsLog:
     def append(self, row: dict[str, Any]) -> None:
         check_still_owner(self.jsonl.parent)
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
-        with open(self.jsonl, "a") as f:
-            f.write(json.dumps(clean) + "\n")
+        append_text(self.jsonl, json.dumps(clean) + "\n")  # never through a link
         self.write_csv(self.rows())
 
     def write_csv(self, rows: list[dict[str, Any]]) -> None:

@@ -10,6 +10,9 @@ never leaves a stale lock behind:
   row and checkpoint the owner checks that the path still names the directory it locked (and, where
   directories cannot be locked, as on some network file systems, that the lock file is still the one
   it locked), and stops if it does not.
+- both lock files are opened without following a link (`O_NOFOLLOW`) and must be regular files: a run
+  folder received from someone else may hold `.owner.lock -> ~/notes.txt`, which writing the PID would
+  truncate; such a lock is refused in one line naming it.
 - `RUN_DIR/.readers.lock`: readers (`eval`, `export`, `predict`, `teacher=`) hold it shared while they
   find, verify and load a checkpoint; the trainer takes it exclusively only to delete checkpoints, so
   pruning waits for a reader that is loading the checkpoint it would remove, and never the reverse.
@@ -24,6 +27,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from convinit.errors import ConfigError
+from convinit.system.atomic import open_regular
 
 OWNER_LOCK = ".owner.lock"
 READERS_LOCK = ".readers.lock"
@@ -47,8 +51,10 @@ os.register_at_fork(after_in_child=drop_inherited_owner_locks)
 def lock_holder(run_dir: Path) -> str:
     """The PID recorded by the current owner ("an unknown process" until it has written it)."""
     try:
-        pid = (run_dir / OWNER_LOCK).read_text().strip()
-    except OSError:
+        fd = open_regular(run_dir / OWNER_LOCK, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as f:
+            pid = f.read(32).decode("ascii", "replace").strip()
+    except (OSError, ConfigError):
         pid = ""
     return f"process {pid}" if pid.isdigit() else "another process"
 
@@ -66,7 +72,7 @@ def own_run_dir(run_dir: Path) -> Iterator[None]:
     fd = None
     try:
         try:
-            fd = os.open(run_dir / OWNER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_regular(run_dir / OWNER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)  # a link: ConfigError
         except OSError as exc:
             raise ConfigError(
                 f"cannot write to run directory {run_dir} ({exc.strerror}); choose a writable --out"
@@ -140,10 +146,10 @@ def open_readers_lock(run_dir: Path) -> int | None:
     (which nobody can prune either)."""
     path = run_dir / READERS_LOCK
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        return open_regular(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
         try:
-            return os.open(path, os.O_RDONLY)
+            return open_regular(path, os.O_RDONLY)
         except OSError:
             return None
 

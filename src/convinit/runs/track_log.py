@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from convinit.runs.metrics import read_metrics
-from convinit.system.atomic import atomic_write_text
+from convinit.system.atomic import append_text, atomic_write_text
 
 TRACK_FILE = "track.jsonl"
 TRACK_ROW_KEYS = ("epoch", "step")  # every row holds both (`read_metrics` skips one that does not)
@@ -36,8 +36,7 @@ class TrackLog:
 
     def append(self, row: dict[str, Any]) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(clean) + "\n")
+        append_text(self.path, json.dumps(clean) + "\n")  # never through a link
 
 
 def track_due(track: list[str], track_every: int, step: int) -> bool:

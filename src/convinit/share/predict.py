@@ -7,15 +7,16 @@ NaN or infinite scores is refused rather than printing `nan` probabilities.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import torch
 import torch.nn as nn
-from PIL import Image
 
+from convinit.data.image_files import UNREADABLE, open_image, unreadable_image
 from convinit.errors import ConfigError, DataError
 from convinit.models.pretrained import from_pretrained
+
+PREDICT_REMEDY = "pass another image file"  # how a user fixes an image `predict` cannot use
 
 
 def load_predictor(model: str | Path) -> nn.Module:
@@ -31,21 +32,11 @@ def check_image(path: Path) -> None:
     """One-line DataError unless `path` is a whole image within PIL's pixel limit."""
     if not path.is_file():
         raise DataError(f"image {path} does not exist (or is not a file)")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)  # over the limit: refuse
-            with Image.open(path) as img:  # reads the header only
-                img.load()
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise DataError(
-            f"image {path} is larger than PIL's limit of {Image.MAX_IMAGE_PIXELS} pixels (a decompression "
-            "bomb?); it was not decoded: resize it first"
-        ) from exc
-    except (OSError, SyntaxError, ValueError) as exc:  # not an image, empty, truncated, corrupt
-        detail = " ".join(str(exc).split()) or type(exc).__name__
-        raise DataError(
-            f"image {path} cannot be decoded ({detail}); pass PNG, JPEG or other image files"
-        ) from exc
+    with open_image(path, PREDICT_REMEDY) as img:  # over PIL's pixel limit: refused from the header
+        try:
+            img.load()
+        except UNREADABLE as exc:  # not an image, empty, truncated, corrupt
+            raise unreadable_image(path, exc, PREDICT_REMEDY) from exc
 
 
 def model_input(paths: list[Path], model: nn.Module) -> torch.Tensor:
@@ -77,7 +68,7 @@ def model_input(paths: list[Path], model: nn.Module) -> torch.Tensor:
     transform, mode = recipe.eval_transform(), "L" if channels == 1 else "RGB"
     images = []
     for path in paths:
-        with Image.open(path) as img:
+        with open_image(path, PREDICT_REMEDY) as img:
             images.append(transform(to_mode(img, mode, str(path))))  # 16-bit / float scaled, not clipped
     batch = torch.stack(images)
     return batch if batch.is_floating_point() else normalise(batch)  # a transform that leaves uint8

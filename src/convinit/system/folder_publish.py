@@ -25,7 +25,7 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 from convinit.errors import ConfigError
-from convinit.system.atomic import fsync_dir  # flushes a file, or a folder's entries
+from convinit.system.atomic import fsync_dir, process_running  # fsync_dir flushes a file or a folder
 
 FILE_MODE = 0o644
 FOLDER_MODE = 0o755
@@ -139,16 +139,6 @@ def leftovers(target: Path) -> list[Path]:
         if match and path.is_dir() and not (match[1] and process_running(int(match[1]))):
             found.append(path)
     return found
-
-
-def process_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # running, as another user
-        return True
-    return True
 
 
 def recover_leftovers(target: Path) -> None:

@@ -6,7 +6,8 @@ refuses any integer model argument over `MAX_MODEL_ARG`, and `check_fits_in_memo
 the meta device (shapes only, no memory), estimates what training needs (weights, gradients and two
 optimiser moments per parameter, plus the activations of the largest batch the training set can form,
 from a forward pass on the meta device) and refuses it when that exceeds the memory the training device
-has in all: a verdict about the model, not about what other processes hold at that moment.
+has in all: a verdict about the model, not about what other processes hold at that moment. Buffers
+(a position table sized by the image) count once; activations that cannot be estimated are a refusal.
 `check_data_fits` does the same for a fixed-format dataset's decoded images, before any is read.
 """
 
@@ -73,9 +74,11 @@ def largest_batch(
     return min(batch_size, images)
 
 
-def activation_bytes(model: nn.Module, batch: torch.Tensor) -> int:
-    """Sum of every leaf module's output size for one forward pass on the meta device (0 if the model
-    cannot run there): about what autograd keeps for the backward pass."""
+def activation_bytes(model: nn.Module, batch_shape: tuple[int, ...]) -> int:
+    """Sum of every leaf module's output size for one forward pass of a batch of `batch_shape` on the
+    meta device: about what autograd keeps for the backward pass. ConfigError when that pass fails
+    (an op without a meta kernel, or sizes whose storage overflows, as img_size=100000 does): the
+    activations are then unknown, and an unknown size is never taken for zero."""
     total = 0
 
     def count(module: nn.Module, inputs: Any, output: Any) -> None:
@@ -87,9 +90,14 @@ def activation_bytes(model: nn.Module, batch: torch.Tensor) -> int:
     handles = [m.register_forward_hook(count) for m in leaves]
     try:
         with torch.no_grad():
-            model(batch)
-    except Exception:  # an op without a meta kernel: the parameter estimate alone still guards
-        return 0
+            model(torch.empty(batch_shape, device="meta"))
+    except Exception as exc:
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        raise ConfigError(
+            "the memory this model needs to train cannot be estimated: its forward pass on a batch of "
+            f"{'x'.join(map(str, batch_shape))} fails on the meta device, which holds shapes only "
+            f"({detail}); make the model or img_size smaller"
+        ) from exc
     finally:
         for handle in handles:
             handle.remove()
@@ -108,19 +116,21 @@ def check_fits_in_memory(
     if total is None:
         return
     parameters = sum(p.numel() for p in meta_model.parameters())
-    state = parameters * 4 * COPIES_PER_PARAMETER
+    buffers = sum(b.numel() * b.element_size() for b in meta_model.buffers())  # e.g. a position table
+    state = parameters * 4 * COPIES_PER_PARAMETER + buffers
     if state > total:  # no forward pass needed to know
         activations = 0
     else:
         size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
-        activations = activation_bytes(meta_model, torch.empty(batch_size, in_chans, *size, device="meta"))
+        activations = activation_bytes(meta_model, (batch_size, in_chans, *size))
     if state + activations > total:
-        need, state_gib, act_gib = (state + activations) / GIB, state / GIB, activations / GIB
+        need, state_gib, act_gib = (state + activations) / GIB, (state - buffers) / GIB, activations / GIB
+        held = f"; {buffers / GIB:.1f} GiB of buffers" if buffers >= GIB // 10 else ""
         raise ConfigError(
             f"this model needs about {need:.1f} GiB to train ({parameters:,} parameters: {state_gib:.1f} GiB "
-            f"of weights, gradients and optimiser state; {act_gib:.1f} GiB of activations at batch_size "
-            f"{batch_size}) but {device.type} has {total / GIB:.1f} GiB of memory in all; make the model "
-            "smaller or lower batch_size"
+            f"of weights, gradients and optimiser state{held}; {act_gib:.1f} GiB of activations at "
+            f"batch_size {batch_size}) but {device.type} has {total / GIB:.1f} GiB of memory in all; make "
+            "the model smaller or lower batch_size"
         )
 
 

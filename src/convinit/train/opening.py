@@ -35,6 +35,7 @@ from convinit.init.schemes.mimetic import HELD_OUT
 from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.runs.ownership import reading_checkpoints
 from convinit.runs.preprocessing_record import data_record, read_data_record
+from convinit.runs.run_dir import refuse_if_all_damaged
 from convinit.train.device import configure_cuda_math
 from convinit.train.plan import DataShape, RunPlan, resolve_plan
 from convinit.train.rng import seed_everything
@@ -81,13 +82,7 @@ def initialize_model(spec: InitSpec, model: nn.Module, images: torch.Tensor | No
     options = dict(spec.options)
     if images is not None and len(images) > INIT_BATCH and spec.accepts("held_out"):
         options.setdefault("held_out", (len(images) - FITTED) / len(images))
-    try:
-        return initialize(model, spec.scheme, images=images, **options)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as exc:
-        detail = " ".join(str(exc).split())
-        raise ConfigError(f"init {spec.scheme!r} cannot be applied with {spec.options}: {detail}") from exc
+    return initialize(model, spec.scheme, images=images, **options)  # a failure: one ConfigError line
 
 
 @dataclass
@@ -176,6 +171,7 @@ def load_newest(opened: OpenedRun, ema: bool) -> None:
     with reading_checkpoints(run_dir):
         checkpoint = latest_checkpoint(run_dir)
         if checkpoint is None:
+            refuse_if_all_damaged(run_dir)  # damaged ones: each named in one line
             raise ConfigError(f"{run_dir} holds no intact checkpoint yet; train it first")
         if ema and not (checkpoint / "ema.safetensors").exists():
             raise ConfigError(f"{run_dir} was trained without EMA (ema_decay); drop --ema")

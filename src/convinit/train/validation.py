@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import torch.nn as nn
 
 from convinit.config import TrainConfig, say_notes
 from convinit.data import check_available
@@ -18,6 +19,8 @@ from convinit.errors import ConfigError
 from convinit.init.registry import init_spec
 from convinit.models.arguments import check_model_arguments
 from convinit.models.external import is_external
+from convinit.models.filters import check_kernel_fits
+from convinit.models.hf_layout import hf_grid, hf_vit_backbone
 from convinit.system.torchvision_pair import check_pair
 from convinit.train.loggers import check_loggers
 from convinit.train.memory_guard import check_data_fits, check_fits_in_memory, check_model_args_bounded
@@ -66,6 +69,18 @@ def torchvision_use(cfg: TrainConfig) -> str | None:
     return next((what for what, used in uses.items() if used), None)
 
 
+def check_init_kernel(plan: RunPlan, meta_model: nn.Module) -> None:
+    """An init's kernel_size against the model's patch grid, before the run folder exists (the scheme
+    checks it again on the built model, before listing a single offset)."""
+    size = plan.init.options.get("kernel_size")
+    embed = getattr(meta_model, "patch_embed", None)
+    grid = getattr(meta_model, "grid", None) or getattr(embed, "grid_size", None)
+    if grid is None and (backbone := hf_vit_backbone(meta_model)) is not None:
+        grid = hf_grid(backbone)
+    if size is not None and grid is not None and plan.init.accepts("kernel_size"):
+        check_kernel_fits(size, (int(grid[0]), int(grid[1])), "init_args.kernel_size")
+
+
 def check_model(plan: RunPlan) -> None:
     """The plan's model constructed on the meta device: its arguments checked and its size weighed
     against the training device's memory without allocating a weight or drawing a random number (the
@@ -75,12 +90,15 @@ def check_model(plan: RunPlan) -> None:
             meta_model = plan.model.construct()
     except ConfigError:
         raise
-    except Exception:  # a constructor that needs real values (e.g. fixed filters): check it on the CPU
-        model = plan.model.build()
+    except Exception as exc:
+        if not plan.model.needs_real_values(exc):  # the arguments: refused without building a real model
+            raise plan.model.refusal(exc) from exc
+        model = plan.model.build()  # a constructor that reads values (no meta build): checked on the CPU
         if plan.cfg.qk_pull:
             pulled_parameters(model)
         return
     if plan.cfg.qk_pull:  # a model without Q/K weights to anchor is refused before any data is read
         pulled_parameters(meta_model)
+    check_init_kernel(plan, meta_model)
     shape = plan.shape
     check_fits_in_memory(meta_model, plan.largest_batch, shape.in_chans, shape.img_size, plan.device)

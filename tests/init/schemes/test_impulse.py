@@ -152,6 +152,18 @@ def test_bad_impulse_options_are_one_line_config_errors(options, message):
     assert "\n" not in str(info.value)
 
 
+def test_a_kernel_larger_than_the_token_grid_allows_is_refused_before_its_offsets_are_listed():
+    """TINY's grid is 4x4: a 9x9 kernel's outer taps point outside it from every token. 1000001 would
+    list 10^12 offsets; it is refused as fast as 9, and the model is left as it was."""
+    model = model_of("blend", 0.0)
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    for kernel_size in (9, 1000001):
+        with pytest.raises(ConfigError, match=f"kernel_size={kernel_size} is larger than the 4x4 token grid"):
+            initialize(model, "impulse", kernel_size=kernel_size)
+    assert all(torch.equal(t, before[name]) for name, t in model.state_dict().items())
+    initialize(model, "impulse", kernel_size=7, seed=0)  # 2 * 4 - 1: the largest that reaches the grid
+
+
 def test_models_without_positions_or_attention_are_refused():
     with pytest.raises(ConfigError, match="pos_embed='none'"):
         initialize(model_of("x", pos_embed="none"), "impulse")

@@ -56,17 +56,18 @@ from convinit.init.closed_form import InputStatistics, SignalBasis, closed_form_
 from convinit.init.measure import (
     LOW_MASS,
     MEASURE_TOKENS,
+    check_held_out,
     images_for,
     layer_quality,
     real_pass_summary,
     split_batch,
 )
 from convinit.init.paper_optimizer import optimize_factors
-from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, prepare_positions
+from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, check_pos_embed_scale, prepare_positions
 from convinit.init.registry import register_scheme
 from convinit.init.schemes.mimetic import mimetic_value_proj
 from convinit.init.targets import Targets, layer_offsets, map_quality, row_figures, smallest_gap
-from convinit.models.filters import check_kernel_size
+from convinit.models.filters import check_kernel_fits, check_kernel_size
 from convinit.models.vit import SimpleViT
 
 REST_STD = 0.02  # noise on the Q/K columns a closed form leaves unused (exact zeros never train)
@@ -76,6 +77,9 @@ SOLVERS = ("closed_form", "optimize")
 OFFSET_MODES = ("random", "centre_first")
 PSEUDO_INPUTS = ("P", "LN(P)")
 TARGET_SHAPES = ("best", "impulse", "bump")  # best: per head, whichever of the two has the better worst row
+# the largest logit gap: at a gap of 1e4 every off-target weight is exp(-1e4) = 0 in any float format,
+# so a larger one changes no map and only inflates the Q/K weights (logit_gap=1e30 diverges at step 1)
+MAX_GAP = 1e4
 
 __all__ = ["Targets", "impulse_init", "layer_offsets", "map_quality", "optimize_factors"]
 
@@ -93,7 +97,7 @@ class ImpulseOptions:
     target_mass: float = 0.8
     target_shape: str = "best"
     bump_width: float = 1.5
-    max_gap: float = 1e4
+    max_gap: float = MAX_GAP
     min_snr: float = 1.0
     content_floor: float = 0.03
     rcond: float = 1e-3
@@ -131,15 +135,21 @@ class ImpulseOptions:
         for key in ("max_gap", "rcond", "lr", "scale", "pos_embed_scale", "bump_width"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"impulse {key} must be > 0, got {getattr(self, key)!r}")
+        check_pos_embed_scale(self.pos_embed_scale, "impulse")
+        if self.max_gap > MAX_GAP:
+            raise ConfigError(
+                f"impulse max_gap must be at most {MAX_GAP:g} (a larger gap changes no map), "
+                f"got {self.max_gap!r}"
+            )
         for key in ("min_snr", "content_floor"):
             if not getattr(self, key) >= 0:
                 raise ConfigError(f"impulse {key} must be >= 0, got {getattr(self, key)!r}")
-        if self.logit_gap is not None and not self.logit_gap > 0:
+        if self.logit_gap is not None and not 0 < self.logit_gap <= self.max_gap:
             raise ConfigError(
-                f"impulse logit_gap must be > 0 (or null to reach target_mass), got {self.logit_gap!r}"
+                f"impulse logit_gap must be in (0, max_gap={self.max_gap:g}] (or null to reach target_mass; "
+                f"a larger gap changes no map and only inflates the weights), got {self.logit_gap!r}"
             )
-        if not 0.0 <= self.held_out < 1.0:
-            raise ConfigError(f"impulse held_out must be in [0, 1), got {self.held_out!r}")
+        check_held_out(self.held_out, "impulse")
         if self.steps < 0 or self.renorm_every < 0:
             raise ConfigError("impulse steps and renorm_every must be >= 0")
 
@@ -216,6 +226,7 @@ def impulse_init(
     opts = ImpulseOptions(**options)  # names already checked by `initialize` (init_spec)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     slots = attention_slots(model, "impulse")  # refuses unsupported models before any change
+    check_kernel_fits(opts.kernel_size, slots[0].grid, "impulse kernel_size")  # before any offset is listed
     position = None
     if position_table(model) is not None or not isinstance(model, SimpleViT):
         position = prepare_positions(model, opts.learned_pos_embed, opts.pos_embed_scale)

@@ -27,7 +27,7 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import AttentionSlot, attention_slots, rms, write_qk
-from convinit.init.measure import MEASURE_TOKENS, images_for, real_pass_quality, split_batch
+from convinit.init.measure import MEASURE_TOKENS, check_held_out, images_for, real_pass_quality, split_batch
 from convinit.init.positions import repair_unset
 from convinit.init.registry import register_scheme
 
@@ -108,7 +108,15 @@ def paper1_qk(slot: AttentionSlot, generator: torch.Generator | None) -> None:
     write_qk(slot, torch.stack([left for left, _ in factors]), torch.stack([right.T for _, right in factors]))
 
 
-@register_scheme("mimetic")
+def check_mimetic_options(options: dict[str, Any]) -> None:
+    """The values of mimetic's options that their types let through (run by `init_spec`)."""
+    if "variant" in options and options["variant"] not in VARIANTS:
+        raise ConfigError(f"mimetic variant must be one of {', '.join(VARIANTS)}, got {options['variant']!r}")
+    if "held_out" in options:
+        check_held_out(options["held_out"], "mimetic")
+
+
+@register_scheme("mimetic", check=check_mimetic_options)
 def mimetic_init(
     model: nn.Module,
     *,
@@ -129,9 +137,7 @@ def mimetic_init(
     new Q/K and V weights, for comparison with other schemes; with `images`, the same real-pass figures
     as impulse (`real_pass`, `real_pass_held_out`: see `real_pass_reports`).
     """
-    if variant not in VARIANTS:
-        raise ConfigError(f"mimetic variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
-    if value_proj is None:
+    if value_proj is None:  # option values checked by `initialize` (init_spec: check_mimetic_options)
         value_proj = variant == "trockman_kolter"
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     slots = attention_slots(model, "mimetic")
@@ -166,8 +172,6 @@ def real_pass_reports(model: nn.Module, slots: list, images: torch.Tensor, held_
     batch's last `held_out` share is the held-apart part (impulse fits on the rest; a scheme that fits on
     no images measures both parts alike, so that every scheme reports the same figures on the same
     images)."""
-    if not 0.0 <= held_out < 1.0:
-        raise ConfigError(f"held_out must be in [0, 1), got {held_out!r}")
     first, held = split_batch(images, held_out, slots[0].grid)
     measured = images_for(MEASURE_TOKENS, slots[0].grid, first)
     reports = {"real_pass": real_pass_quality(model, slots, measured)}

@@ -9,11 +9,18 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import attention_slots
+from convinit.init.measure import check_held_out
 from convinit.init.registry import register_scheme
 from convinit.init.schemes.mimetic import HELD_OUT, real_pass_reports
 
 
-@register_scheme("random")
+def check_random_options(options: dict[str, Any]) -> None:
+    """held_out's value (run by `init_spec`, before any model exists)."""
+    if "held_out" in options:
+        check_held_out(options["held_out"], "random")
+
+
+@register_scheme("random", check=check_random_options)
 def random_init(
     model: nn.Module, images: torch.Tensor | None = None, held_out: float = HELD_OUT
 ) -> dict[str, Any]:

@@ -17,12 +17,24 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import attention_slots, position_table
-from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, prepare_positions
+from convinit.init.measure import check_held_out
+from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, check_pos_embed_scale, prepare_positions
 from convinit.init.registry import register_scheme
 from convinit.init.schemes.mimetic import HELD_OUT, real_pass_reports
 
 
-@register_scheme("scaled-position")
+def check_scaled_position_options(options: dict[str, Any]) -> None:
+    """The values of scaled-position's options that their types let through (run by `init_spec`)."""
+    mode = options.get("learned_pos_embed", "scale")
+    if mode not in POSITION_MODES or mode == "keep":
+        raise ConfigError(f"scaled-position learned_pos_embed must be 'scale' or 'sincos', got {mode!r}")
+    if "pos_embed_scale" in options:
+        check_pos_embed_scale(options["pos_embed_scale"], "scaled-position")
+    if "held_out" in options:
+        check_held_out(options["held_out"], "scaled-position")
+
+
+@register_scheme("scaled-position", check=check_scaled_position_options)
 def scaled_position_init(
     model: nn.Module,
     *,
@@ -34,12 +46,6 @@ def scaled_position_init(
     """Prepare the learned position table as impulse init does (learned_pos_embed "scale": x 18, or
     "sincos"), leave every attention weight as drawn. Refuses models without a learned table, where it
     would be `random` under another name. With `images`, the real-pass figures every scheme reports."""
-    if learned_pos_embed not in POSITION_MODES or learned_pos_embed == "keep":
-        raise ConfigError(
-            f"scaled-position learned_pos_embed must be 'scale' or 'sincos', got {learned_pos_embed!r}"
-        )
-    if not pos_embed_scale > 0:
-        raise ConfigError(f"scaled-position pos_embed_scale must be > 0, got {pos_embed_scale!r}")
     slots = attention_slots(model, "scaled-position")  # refuses unsupported models before any change
     table = position_table(model)
     if table is None or not table.learned:
