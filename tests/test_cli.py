@@ -165,6 +165,16 @@ def test_datasets_takes_data_dir_as_train_does(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    "value, kind", [("123", "int"), ("[a]", "list"), ("true", "bool"), ("{a: 1}", "dict")]
+)
+def test_datasets_refuses_a_data_dir_that_is_not_a_path_in_one_line(value, kind, capsys):
+    assert main(["datasets", f"data_dir={value}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("convinit: error: data_dir must be a folder path, got ")
+    assert f"({kind})" in captured.err and captured.err.count("\n") == 1 and captured.out == ""
+
+
+@pytest.mark.parametrize(
     "argv, message",
     [
         (["train", "--seed", "abc"], "convinit train: argument --seed: invalid int value: 'abc'"),
@@ -198,3 +208,10 @@ def test_a_reader_that_left_ends_the_listing_quietly_as_a_pipe_does():
     finally:
         os.close(write_end)
     assert (result.returncode, result.stderr) == (141, "")
+
+
+def test_an_init_kernel_larger_than_the_models_grid_is_refused_before_the_run_folder_exists(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "init=impulse", "init_args.kernel_size=1000001", "--out", str(out)]) == 2
+    assert not out.exists()
+    assert "init_args.kernel_size=1000001 is larger than the 4x4 token grid" in capsys.readouterr().err

@@ -80,14 +80,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_datasets(args: argparse.Namespace) -> int:
     from convinit.config import parse_overrides
-    from convinit.data.datasets import list_datasets, survey_dataset
+    from convinit.data.datasets import survey_datasets
 
     given = parse_overrides(args.overrides)
     if set(given) - {"data_dir"}:
         raise ConfigError(f"datasets takes only data_dir=DIR, got {', '.join(args.overrides)}")
-    data_dir = given.get("data_dir", args.data_dir)
-    for name in list_datasets():
-        status, place, found = survey_dataset(name, data_dir)
+    folder, rows = survey_datasets(given.get("data_dir", args.data_dir))
+    if folder is not None:
+        print(folder)
+    for name, status, place, found in rows:
         print(f"{name:15s} {status:10s} {place}: {found}")
     return 0
 
@@ -166,20 +167,22 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             print(f"{name:28s} {load_experiment(name).get('description', '')}")
         return 0
     from convinit.config import parse_overrides
-    from convinit.experiments.grid import expand
+    from convinit.experiments.grid import expand, select_rows
     from convinit.experiments.report import write_report
-    from convinit.experiments.runner import run_grid
+    from convinit.experiments.runner import nothing_trained, run_grid
 
     extra = parse_overrides(args.overrides)
     for key in ("dataset", "data_dir"):
         if getattr(args, key) is not None:
             extra[key] = getattr(args, key)
-    runs = expand(args.name, args.scale, seed_list(args.seeds), extra)
+    runs = select_rows(expand(args.name, args.scale, seed_list(args.seeds), extra), args.row)
     out = args.out or Path("runs") / f"{args.name}-{args.scale}"
     slurm = {"partition": args.partition, "gpus": args.gpus, "time_minutes": args.time}
     outcome = run_grid(runs, out, args.launcher, args.jobs, not args.no_progress, slurm)
     for run_dir, what in outcome.items():
         print(f"{what:10s} {run_dir}")
+    if nothing_trained(outcome, out):
+        print(nothing_trained(outcome, out))
     if args.launcher == "local":
         print(f"report: {write_report(out, title=args.name)}")
     return grid_exit_code(outcome)
@@ -206,24 +209,38 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from convinit.experiments.results_page import render
+    from convinit.experiments.results_page import render, results_paths
     from convinit.system.atomic import atomic_write_text
 
-    page = render(args.results)
+    if args.out is not None and args.out.is_dir():
+        raise ConfigError(
+            f"--out {args.out} is a directory; give the page's file path (e.g. {args.out / 'results.md'})"
+        )
+    results, out = results_paths(args.results, args.out)
+    page = render(results)
     if args.check:
-        same = args.out.is_file() and args.out.read_text() == page
-        stale = "differs from what the results give; run convinit results"
-        print(f"{args.out}: {'up to date' if same else stale}")
+        same = out.is_file() and out.read_text() == page
+        stale = f"differs from what {results} gives; run convinit results"
+        print(f"{out}: {'up to date' if same else stale}")
         return 0 if same else 1
-    atomic_write_text(args.out, page)
-    print(f"results page: {args.out}")
+    atomic_write_text(out, page)
+    print(f"results page: {out}")
     return 0
 
 
 def add_results_parser(sub) -> None:
     results = sub.add_parser("results", help="docs/results.md from the claim grids kept under results/")
-    results.add_argument("--results", type=Path, default=Path("results"), help="results folder (results)")
-    results.add_argument("--out", type=Path, default=Path("docs/results.md"), help="page (docs/results.md)")
+    results.add_argument(
+        "--results-dir",
+        "--results",
+        dest="results",
+        type=Path,
+        help="the folder holding claims.yaml and the kept runs (default: ./results, else the results/ of "
+        "the checkout convinit is installed from)",
+    )
+    results.add_argument(
+        "--out", type=Path, help="the page (default: docs/results.md beside the results folder)"
+    )
     results.add_argument("--check", action="store_true", help="exit 1 if the page is not what it would be")
     results.set_defaults(func=cmd_results)
 
@@ -232,7 +249,7 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
     from convinit.config import parse_overrides
     from convinit.experiments.efficiency import efficiency_runs, efficiency_summary
     from convinit.experiments.report import write_report
-    from convinit.experiments.runner import run_grid
+    from convinit.experiments.runner import nothing_trained, run_grid
     from convinit.system.atomic import atomic_write_text
 
     methods = parse_methods(args.method)
@@ -243,6 +260,8 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
         spec.label = f"{spec.extra['group']} @ {spec.extra['fraction']:g}"
     out = args.out or Path("runs") / "efficiency"
     outcome = run_grid(runs, out, args.launcher, args.jobs, not args.no_progress)
+    if nothing_trained(outcome, out):
+        print(nothing_trained(outcome, out))
     write_report(out, title="Data efficiency")
     summary = efficiency_summary(out)
     atomic_write_text(out / "efficiency.md", summary + "\n")
@@ -324,7 +343,10 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
         help="config overrides, e.g. epochs=3 lr=3e-3 model_args.dim=128 (see `convinit configs`)",
     )
     train.add_argument(
-        "--config", "-c", help="preset name (`convinit configs`) or a YAML file; default: default"
+        "--config",
+        "-c",
+        help="preset name (`convinit configs`) or a YAML file; default: own_data for dataset=folder or "
+        "dataset=hf (your own images), default otherwise",
     )
     train.add_argument("--out", "-o", help="run directory (default: runs/<model>-<dataset>-s<seed>-<time>)")
     train.add_argument(
@@ -391,6 +413,12 @@ def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
     reproduce.add_argument("name", nargs="?", help="experiment preset (see `convinit reproduce --list`)")
     reproduce.add_argument("--list", action="store_true", help="list the experiment presets")
     reproduce.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every run")
+    reproduce.add_argument(
+        "--row",
+        action="append",
+        metavar="LABEL",
+        help="run only this row (its label, or its folder name under --out); repeat for several",
+    )
     reproduce.add_argument("--scale", choices=("small", "full"), default="small")
     reproduce.add_argument("--dataset")
     reproduce.add_argument("--data-dir")
@@ -406,6 +434,11 @@ def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
 
     add_results_parser(sub)
 
+    add_efficiency_parser(sub, launch)
+
+
+def add_efficiency_parser(sub: argparse._SubParsersAction, launch: argparse.ArgumentParser) -> None:
+    """efficiency: accuracy against the number of training images, per method, as a grid."""
     efficiency = sub.add_parser("efficiency", parents=[launch], help="accuracy vs number of training images")
     efficiency.add_argument(
         "--method",
@@ -416,7 +449,11 @@ def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
     )
     efficiency.add_argument("--fractions", default="0.01,0.02,0.05,0.1,0.2,0.5,1")
     efficiency.add_argument(
-        "--scale-epochs", action="store_true", help="epochs x 1/fraction (ConViT's protocol)"
+        "--scale-epochs",
+        action="store_true",
+        help="scale each fraction's epochs so that every run takes as many optimisation steps as the whole "
+        "set's (epochs x steps per epoch held equal, to the nearest epoch); a subset smaller than one batch "
+        "then sees fewer images, its steps holding the whole subset",
     )
     efficiency.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every run"

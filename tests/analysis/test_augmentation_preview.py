@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from convinit.analysis.augmentation_preview import CAPTION, COLUMNS, PAD, augmentation_grid, augmented_samples
@@ -37,6 +38,7 @@ def test_each_tile_of_the_grid_has_its_class_name_under_it(tiny_overrides):
     )
 
 
+@pytest.mark.skipif(not torch.backends.cuda.is_built(), reason="faking CUDA needs a torch built with CUDA")
 def test_the_preview_draws_on_the_device_from_its_own_seeded_generator_and_restores_the_runs(monkeypatch):
     """On a (pretend) GPU: the device generator's state is saved, seeded from the preview's seed before
     any draw and put back afterwards, so the run's CUDA random stream is as if no preview were drawn."""

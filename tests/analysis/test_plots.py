@@ -125,3 +125,19 @@ def test_nonlocality_plot_has_a_title_and_whole_epoch_ticks(tmp_path, monkeypatc
     ax = figures[0].axes[0]
     ticks = [t for t in ax.get_xticks() if 0 <= t <= 3]
     assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_a_three_head_figure_keeps_its_long_title_inside_both_edges():
+    """ViT-Ti's 3 heads make a 7.4-inch figure; its title and layer rule once ran past both edges."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    torch.manual_seed(0)
+    model = create_model("simplevit", num_classes=3, img_size=16, in_chans=1, patch_size=4, dim=48, depth=12,
+                         heads=3, dim_head=16, mlp_dim=8)  # fmt: skip
+    title = "impulse (timm:vit_tiny_patch16_224, init impulse, fashion-mnist), checkpoint epoch-0015"
+    figure = attention_maps_figure(model, torch.randn(1, 1, 16, 16), title=title)
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    box = figure._suptitle.get_window_extent(canvas.get_renderer())
+    assert 0 <= box.x0 and box.x1 <= figure.bbox.width
+    assert " ".join(figure.get_suptitle().split()).startswith(title)  # wrapped, not cut

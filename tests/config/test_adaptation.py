@@ -101,3 +101,15 @@ def test_a_refused_run_says_only_its_error_not_the_adapted_warmup(bad, tmp_path,
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("convinit: error: ") and err.count("\n") == 1
+
+
+def test_a_timm_model_drops_only_the_presets_model_args_and_says_the_users_are_used(capsys):
+    cfg = resolve_config("default", ["model=timm:vit_tiny_patch16_224", "model_args.patch_size=7"])
+    assert cfg.model_args == {"patch_size": 7}
+    say_notes()
+    note = capsys.readouterr().err
+    assert "the model_args of preset default (for simplevit: patch_size=2, dim=64" in note
+    assert "are dropped; yours (model_args.patch_size) are passed to it" in note and "not used" not in note
+    resolve_config("default", ["model=timm:vit_tiny_patch16_224"])
+    say_notes()
+    assert "are dropped; timm:vit_tiny_patch16_224 starts from its own defaults" in capsys.readouterr().err

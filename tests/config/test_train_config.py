@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from convinit.config import (
     TrainConfig,
@@ -115,3 +116,45 @@ def test_a_preset_that_extends_itself_is_reported_as_a_loop(tmp_path):
     (tmp_path / "self.yaml").write_text("extends: self.yaml\n")
     with pytest.raises(ConfigError, match="extends itself in a loop"):
         resolve_config(str(tmp_path / "self.yaml"))
+
+
+def test_a_saved_config_from_before_the_drop_last_and_flush_keys_loads_as_it_ran(tmp_path):
+    """Run folders written before `drop_last` and `flush_denormal` existed dropped the partial batch and
+    did not flush subnormals; resuming, evaluating or comparing them must not silently change that."""
+    cfg = resolve_config("default", [])
+    save_config(cfg, tmp_path / "config.yaml")
+    values = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert (values["drop_last"], values["flush_denormal"]) == (False, True)
+    saved = load_config(tmp_path / "config.yaml")
+    assert (saved.drop_last, saved.flush_denormal) == (False, True)
+    del values["drop_last"], values["flush_denormal"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(values))
+    saved = load_config(tmp_path / "config.yaml")
+    assert (saved.drop_last, saved.flush_denormal) == (True, False)
+
+
+def test_the_paper_presets_keep_the_kept_grids_settings_and_a_users_run_gets_the_new_ones():
+    for preset in ("paper1/recipe", "paper1/vit_small", "deit", "convit/small"):
+        cfg = resolve_config(preset, [])
+        assert (cfg.drop_last, cfg.flush_denormal) == (True, False), preset
+    for preset in ("default", "own_data", "own_models/timm_vit_small"):
+        cfg = resolve_config(preset, [])
+        assert (cfg.drop_last, cfg.flush_denormal) == (False, True), preset
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("randaugment_n=100000000", "config key 'randaugment_n' must be at most 15"),
+        ("repeated_aug=1000000000", "config key 'repeated_aug' must be at most 16"),
+        ("per_class=-1", "config key 'per_class' must be at least 1"),
+        ("per_class=0", "config key 'per_class' must be at least 1"),
+        ("max_nonfinite_skips=-1", "config key 'max_nonfinite_skips' must be 0 or more"),
+    ],
+)
+def test_counts_out_of_bounds_or_of_the_wrong_sign_are_refused_by_the_config_checks(override, message):
+    """Before the memory guard sizes a batch from them (per_class=-1 made a batch of -10 images) and
+    before a batch is augmented 1e8 times or an epoch lists each image 1e9 times."""
+    with pytest.raises(ConfigError) as info:
+        resolve_config(None, [override])
+    assert message in str(info.value) and "\n" not in str(info.value)

@@ -25,8 +25,33 @@ def test_the_embedded_set_is_available_whatever_data_dir_names(tmp_path, capsys)
 
 def test_an_empty_folder_is_available_as_nothing(tmp_path, capsys):
     lines = listing(capsys, f"data_dir={tmp_path}")
-    assert [name for name, line in lines.items() if " available " in line] == ["digits"]
+    assert [name for name, line in lines.items() if f" available  {tmp_path}" in line] == []
     assert "not written by save_to_disk" in lines["hf"]
+    assert lines[f"{tmp_path}:"].startswith(
+        f"{tmp_path}: no dataset reads it (as dataset=folder: lacks class"
+    )
+
+
+def test_a_users_folder_is_named_and_installed_sets_are_surveyed_at_their_own_places(
+    tmp_path, capsys, monkeypatch
+):
+    """`datasets data_dir=photos` is a question about photos: the system's Fashion-MNIST is not 'not found
+    in photos' but looked for where it lives; the first line says what photos reads as."""
+    from convinit.data.datasets import dataset_info
+
+    photos, system = tmp_path / "photos", tmp_path / "system-fashion"
+    for name in ("cat", "dog"):
+        (photos / name).mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(np.full((6, 6, 3), 40 * i, dtype=np.uint8)).save(photos / name / f"{i}.png")
+    monkeypatch.setattr(dataset_info("fashion-mnist"), "default_dir", lambda: system)
+    lines = listing(capsys, f"data_dir={photos}")
+    assert (
+        lines[f"{photos}:"]
+        == f"{photos}: reads as dataset=folder (train on it with dataset=folder data_dir={photos})"
+    )
+    assert f"not found  {system}: no such folder" in lines["fashion-mnist"]
+    assert f"available  {photos}: 2 classes" in lines["folder"]
 
 
 def test_a_folder_of_fake_pngs_is_unusable_naming_the_file(tmp_path):

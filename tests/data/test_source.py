@@ -177,3 +177,23 @@ def test_a_streamed_folder_is_normalised_by_its_own_statistics_as_on_the_device(
     images, _ = next(iter(streamed.test))
     inputs = streamed.eval_transform(images)
     assert abs(float(inputs.mean())) < 0.1  # centred by the statistics it records
+
+
+def test_a_small_set_trains_every_image_every_epoch_and_a_paper_preset_drops_the_partial_batch():
+    """120 digits at batch 64: the default keeps the partial batch (2 steps, 120 images an epoch); the
+    paper presets drop it as the papers' code does (1 step, 64 images)."""
+    kept = data_of(resolve_config("default", ["per_class=12", "batch_size=64"]), CPU)
+    assert len(kept.train) == 2 and sum(len(labels) for _, labels in kept.train) == 120
+    dropped = data_of(
+        resolve_config("paper1/vit_small", ["dataset=digits", "per_class=12", "batch_size=64"]), CPU
+    )
+    assert len(dropped.train) == 1 and sum(len(labels) for _, labels in dropped.train) == 64
+
+
+def test_a_streamed_small_set_keeps_its_partial_batch_too(jpeg_folder):
+    streamed = build_data(data_recipe(folder_config(jpeg_folder, "data_budget_gb=0.00001")), CPU)
+    assert streamed.mode == "stream" and len(streamed.train) == 10  # 80 images at batch 8
+    streamed = build_data(
+        data_recipe(folder_config(jpeg_folder, "data_budget_gb=0.00001", "batch_size=12")), CPU
+    )
+    assert len(streamed.train) == 7  # 80 = 6 * 12 + 8: the partial batch is a step of its own

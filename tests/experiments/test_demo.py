@@ -27,7 +27,9 @@ def test_demo_trains_every_method_and_writes_the_report(tmp_path):
     convit = next(line for line in text.splitlines() if line.startswith("| ConViT (GPSA, local init) | GPSA"))
     entropy, distance = (float(cell) for cell in convit.strip("| ").split(" | ")[-2:])  # measured, not dashes
     assert 0 < entropy < 1 and distance > 0
-    assert "| ConvMixer, frozen impulse filters | random | no attention |" in text
+    own = "PyTorch default, frozen impulse depthwise filters"  # not `random`: no scheme drew its weights
+    assert f"| ConvMixer, frozen impulse filters | {own} | no attention |" in text
+    assert "The test set has 797 images: one image is 0.13 points;" in text  # what the rows can separate
 
 
 def test_demo_rerun_skips_finished_methods(tmp_path):

@@ -48,3 +48,22 @@ def test_efficiency_plot_of_two_sizes_is_labelled_at_those_sizes(tmp_path, drawn
     assert [label.get_text() for label in ax.get_xticklabels()] == ["250", "1000"]
     low, high = ax.get_xlim()
     assert low < 250 and high > 1000  # neither point sits on the frame
+
+
+def test_efficiency_rows_at_the_same_sizes_are_drawn_apart_not_over_each_other(tmp_path, drawn):
+    records = [run(m, s, [10, acc + s], n) for m in ("random", "impulse") for s in (0, 1)
+               for n, acc in ((250, 60.0), (1000, 80.0))]  # fmt: skip
+    plot_sweep(records, "train_images", tmp_path / "e.png", "training images", log_x=True)
+    ax, title = drawn[0]
+    first, second = (container.lines[0].get_xdata() for container in ax.containers)
+    for x, a, b in zip((250, 1000), first, second, strict=True):
+        assert a < x < b and b / a < 1.2  # either side of the size, close to it, centred on it
+        assert a * b == pytest.approx(x * x)
+    assert list(ax.get_xticks()) == [250, 1000] and "set slightly apart" in title
+
+
+def test_curves_of_rows_with_different_epochs_say_so(tmp_path, drawn):
+    plot_curves([run("a", 0, [10, 40, 60, 70]), run("b", 0, [10, 30])], tmp_path / "c.png", "Grid")
+    assert drawn[0][1] == "Grid\n(rows ran 1 to 3 epochs: each line ends at its own last)"
+    plot_curves([run("a", 0, [10, 40]), run("b", 0, [10, 30])], tmp_path / "d.png", "Grid")
+    assert drawn[1][1] == "Grid"

@@ -83,3 +83,22 @@ def test_reference_row_comes_first_and_an_unknown_one_is_refused_naming_the_rows
         ConfigError, match="'mimetic' is not a row of this report; its rows: 'impulse', 'random'"
     ):
         write_report(tmp_path, reference="mimetic")
+
+
+def test_a_report_on_a_small_test_set_says_what_differences_it_cannot_separate(tmp_path):
+    """30 test images at 80 %: one image is 3.3 points, two binomial standard errors 14.6."""
+    for name, accuracy in (("random", 80.0), ("impulse", 86.7)):
+        fake_run(tmp_path / name, [f"init={name}"], accuracy)
+        (tmp_path / name / "preprocessing.json").write_text(json.dumps({"test_images": 30}))
+    report = write_report(tmp_path).read_text()
+    assert "The test set has 30 images: one image is 3.3 points;" in report
+    assert "(80.0-86.7 %) two binomial standard errors are 12.4-14.6 points" in report
+
+
+def test_resolution_is_two_binomial_standard_errors_and_unsaid_below_a_point():
+    from convinit.experiments.report import resolution_note
+
+    digits = resolution_note(797, [97.4])  # 200 sqrt(0.974 x 0.026 / 797) = 1.13
+    assert "two binomial standard errors are 1.1 points" in digits
+    assert resolution_note(10_000, [85.0]) is None  # 0.71 points: the test set separates a point
+    assert resolution_note(None, [85.0]) is None and resolution_note(30, []) is None

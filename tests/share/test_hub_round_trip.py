@@ -110,7 +110,7 @@ def test_the_model_card_states_the_run_and_a_command_that_resolves_to_its_config
     assert fields["training images"] == "150 (15 per class)" and fields["test images"] == "200"
     assert fields["test accuracy"] == f"{final['test_acc']:.2f}%" and fields["epoch"] == "8 of 8"
     assert fields["seed"] == "7" and fields["convinit"] == convinit.__version__
-    assert fields["init"] == "random" and "lr=0.003" in fields["recipe"]
+    assert fields["init"] == cfg.init == "impulse" and "lr=0.003" in fields["recipe"]  # own_data's init
     assert fields["commit"].split()[0] not in ("", "unknown") or fields["commit"].startswith("unknown")
     command = card.split("## Reproduce", 1)[1].split("```bash\n", 1)[1].split("\n", 1)[0]
     words = shlex.split(command)

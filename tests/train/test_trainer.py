@@ -227,3 +227,45 @@ def test_progress_names_training_accuracy_and_the_data_found(tmp_path, tiny_over
     err = capsys.readouterr().err
     assert "dataset: digits, 10 classes (0, 1, 2, ..., 8, 9), 500 training / 797 test images\n" in err
     assert "train_acc=" in err and " acc=" not in err
+
+
+def test_progress_bar_shows_the_loss_on_a_run_shorter_than_log_every(tmp_path, tiny_overrides, capsys):
+    """5 steps per epoch against log_every=10: the bar still shows loss and train_acc, at each epoch end."""
+    overrides = [*tiny_overrides, "per_class=50"]  # 500 images at batch 100
+    train(resolve_config(None, overrides), run_dir=tmp_path / "run", progress=True)
+    err = capsys.readouterr().err
+    assert "epoch=1/2" in err and "epoch=2/2" in err
+    assert "loss=" in err and "train_acc=" in err
+
+
+def test_data_line_of_a_cpu_run_says_where_the_images_are_in_words(tmp_path, tiny_overrides, capsys):
+    train(resolve_config(None, [*tiny_overrides, "epochs=1"]), run_dir=tmp_path / "run", progress=True)
+    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("data: "))
+    assert line.startswith(
+        "data: 1,797 images (1,000 training, 797 test) held in memory (0.00 GiB), decoded once;"
+    )
+    assert "device" not in line and "budget" not in line
+
+
+def test_a_cpu_run_trains_with_subnormals_flushed_and_puts_the_setting_back(
+    tmp_path, tiny_overrides, monkeypatch
+):
+    """Impulse's peaked maps leave subnormal floats that a CPU computes slowly (convinit.system.denormals)."""
+    from convinit.system.denormals import flushes_denormals, flushes_in_every_thread
+    from convinit.train import trainer
+
+    seen = []
+
+    def step(*args):
+        seen.append(flushes_in_every_thread())
+        return train_step(*args)
+
+    train_step, threads = trainer.train_step, torch.get_num_threads()
+    monkeypatch.setattr(trainer, "train_step", step)
+    overrides = [*tiny_overrides, "epochs=1", "per_class=20", "threads=2"]  # two threads: both flushed
+    try:
+        train(resolve_config(None, overrides), run_dir=tmp_path / "r", progress=False)
+        assert seen and all(seen)
+        assert not flushes_denormals() and not flushes_in_every_thread()
+    finally:
+        torch.set_num_threads(threads)

@@ -17,6 +17,7 @@ state or the user's backend.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from convinit.analysis.gates import gate_values
 from convinit.analysis.locality import attention_maps, model_grid, patch_attention
 from convinit.errors import ConfigError
 from convinit.runs.metrics import read_metrics as run_metrics
+from convinit.system.atomic import atomic_writer
 
 Records = Sequence[Mapping[str, Any]]
 ALL_LAYERS_UP_TO = 6  # attention maps show every layer up to this depth, beyond it first, middle and last
@@ -222,8 +224,20 @@ def attention_maps_figure(
         fig.colorbar(image, ax=list(ax_row), shrink=0.8, label="attention weight")
     where = f"attention of the query patch (row {row}, col {col}, red square) over the {rows}x{cols} patches"
     which = f"layers {', '.join(map(str, layers))} of 0-{len(names) - 1} ({rule})"
-    fig.suptitle(f"{title}\n{where}; {which}" if title else f"{where}; {which}", fontsize=9)
+    lines = [title, f"{where}; {which}"] if title else [f"{where}; {which}"]
+    fig.suptitle(fitted_lines(lines, fig.get_figwidth(), SUPTITLE_SIZE), fontsize=SUPTITLE_SIZE)
     return fig
+
+
+SUPTITLE_SIZE = 9  # points
+WIDEST_CHARACTER = 0.62  # of the font size: DejaVu Sans's average width over letters, digits and punctuation
+
+
+def fitted_lines(lines: Sequence[str], width_inches: float, size: float) -> str:
+    """`lines` wrapped at spaces to the figure's width, so that a centred title is never cut at either
+    edge (three heads make a 7.4-inch figure, narrower than the title and the rule of a 12-layer model)."""
+    characters = max(20, int(width_inches * 72 / (size * WIDEST_CHARACTER)))
+    return "\n".join(textwrap.fill(line, characters, break_long_words=False) for line in lines)
 
 
 def shown_layers(count: int, layers: Sequence[int] | None) -> tuple[list[int], str]:
@@ -296,5 +310,6 @@ def _layer_colours(count: int) -> list:
 def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    with atomic_writer(path, "wb") as f:  # never through a link the folder may hold
+        fig.savefig(f, format=path.suffix.lstrip(".") or None, dpi=110)
     return path

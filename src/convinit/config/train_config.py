@@ -47,6 +47,10 @@ class TrainConfig:
     model_args: dict[str, Any] = field(default_factory=dict)
     init: str = "random"
     init_args: dict[str, Any] = field(default_factory=dict)
+    # both papers' architectures put into a timm or transformers ViT (convinit.models.convert): gpsa
+    # (ConViT's gated positional attention) or blend (paper 1's Q/K blend); null: the model as it is
+    convert: str | None = None
+    convert_args: dict[str, Any] = field(default_factory=dict)
     # data
     dataset: str = "digits"
     data_dir: str | None = None
@@ -75,6 +79,10 @@ class TrainConfig:
     # optimisation
     epochs: int = 20
     batch_size: int = 128
+    # the last partial batch of an epoch: kept (false: every image is trained on every epoch, which a
+    # small set needs) or dropped once the set holds more than one batch (true: the papers' code, DeiT's
+    # drop_last; the paper presets set it); under DDP it is always dropped
+    drop_last: bool = False
     optimizer: str = "adamw"
     lr: float = 1e-3
     lr_base_batch: int | None = None
@@ -118,6 +126,10 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere; fp16 adds a GradScaler; tf32:
     # fp32 with TF32 matmuls on CUDA (also used for what autocast leaves in fp32); fp32: strict IEEE fp32
+    # on a CPU, subnormal floats flushed to zero while training and evaluating (system/denormals): impulse
+    # init's peaked maps are mostly subnormal, which some CPUs compute many times slower; runs trained
+    # before the key existed did not flush (and load as false), the kept grids' presets pin false
+    flush_denormal: bool = True
     threads: int | None = None  # CPU threads of this process; null: chosen (see convinit.train.threads)
     compile: bool = False  # torch.compile the training forward/backward (checkpoints keep plain keys)
     # torch.compile's mode; auto: reduce-overhead (CUDA graphs, no autotuning) on one GPU, default elsewhere
@@ -136,6 +148,12 @@ class TrainConfig:
 KEYS = [f.name for f in dataclasses.fields(TrainConfig)]
 MAX_CROP_PADDING = 64  # pixels on each side of a padded random crop; larger ones crop mostly padding
 MAX_THREADS = 1024  # CPU threads of one process; more cannot be started (OpenMP fails to create them)
+# RandAugment ops applied in turn to every image (DeiT: 2); the policies hold 14 (torchvision) and 15
+# (timm) ops, so beyond 15 ops only repeat, each one more pass over the batch (1e8 hung the first batch)
+MAX_RANDAUGMENT_N = 15
+# copies of each image per epoch (DeiT: 3); the sampler lists every index this many times, so 1e9 ran
+# out of memory, and beyond 16 an epoch is mostly copies of the same images
+MAX_REPEATED_AUG = 16
 # keys a config.yaml that `train` wrote always holds: without them it was damaged or is not ours
 SAVED_KEYS = ("model", "dataset", "epochs", "batch_size", "lr", "seed")
 
@@ -333,6 +351,22 @@ def check_choices_and_counts(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"config key 'crop_padding' must be at most {MAX_CROP_PADDING} pixels, got {cfg.crop_padding}"
         )
+    if cfg.per_class is not None and cfg.per_class < 1:
+        raise ConfigError(
+            f"config key 'per_class' must be at least 1 (images per class) or null (all), got {cfg.per_class}"
+        )
+    if cfg.max_nonfinite_skips < 0:
+        raise ConfigError(
+            f"config key 'max_nonfinite_skips' must be 0 or more, got {cfg.max_nonfinite_skips}"
+        )
+    for key, largest, why in (
+        ("randaugment_n", MAX_RANDAUGMENT_N, "the policies hold 14-15 ops; DeiT applies 2"),
+        ("repeated_aug", MAX_REPEATED_AUG, "copies of each image per epoch; DeiT uses 3"),
+    ):
+        if getattr(cfg, key) > largest:
+            raise ConfigError(
+                f"config key {key!r} must be at most {largest} ({why}), got {getattr(cfg, key)}"
+            )
 
 
 def check_ranges(cfg: TrainConfig) -> None:
@@ -461,17 +495,37 @@ def drop_notes() -> None:
 def resolve_config(
     preset: str | None = None, overrides: list[str] | dict[str, Any] | None = None
 ) -> TrainConfig:
-    """Defaults <- preset (default: `default`) <- overrides, validated; the preset's values that
+    """Defaults <- preset (default: `default_preset`) <- overrides, validated; the preset's values that
     collide with an override adapt to it (a warm-up as long as a shortened run is scaled down)."""
-    values = load_preset(preset or "default")
     extra = parse_overrides(overrides) if isinstance(overrides, list) else (overrides or {})
+    preset = preset or default_preset(extra)
+    values = load_preset(preset)
     model = extra.get("model")
     if isinstance(model, str) and model.startswith(("timm:", "hf:")) and values.get("model_args"):
         # the preset's model_args are its own model's (dim, depth...): a timm / transformers model
-        # starts from its own defaults
-        say_once(f"model {model}: the preset's model_args (for {values.get('model')}) are not used")
+        # starts from its own defaults, with the user's model_args on top
+        say_once(model_args_note(model, preset, values, extra.get("model_args")))
         values = {key: value for key, value in values.items() if key != "model_args"}
-    return build_config(merge(values, extra), set(extra), preset or "default")
+    return build_config(merge(values, extra), set(extra), preset)
+
+
+OWN_DATA = ("folder", "hf")  # datasets that are a user's own images
+
+
+def default_preset(overrides: dict[str, Any]) -> str:
+    """The preset of a run without one: `own_data` (a ViT with the convolutional bias, the method
+    docs/results.md shows best at a few hundred images) for a user's own images, `default` otherwise."""
+    return "own_data" if overrides.get("dataset") in OWN_DATA else "default"
+
+
+def model_args_note(model: str, preset: str, values: dict[str, Any], given: Any) -> str:
+    """What happens to model_args when an external model replaces the preset's: the preset's own are
+    dropped (they are another model's), the user's `model_args.KEY=...` are passed on."""
+    dropped = ", ".join(f"{key}={value}" for key, value in values["model_args"].items())
+    mine = ", ".join(f"model_args.{key}" for key in given) if isinstance(given, dict) and given else ""
+    kept = f"yours ({mine}) are passed to it" if mine else f"{model} starts from its own defaults"
+    ours = f"the model_args of preset {preset} (for {values.get('model')}: {dropped})"
+    return f"model {model}: {ours} are dropped; {kept}"
 
 
 def save_config(cfg: TrainConfig, path: Path) -> None:
@@ -481,6 +535,8 @@ def save_config(cfg: TrainConfig, path: Path) -> None:
 def load_config(path: Path) -> TrainConfig:
     """A run directory's saved config; refused in one line when damaged, never filled with defaults."""
     values = read_yaml(path)
+    if isinstance(values, dict):  # written before these keys existed: as such runs were trained
+        values = {"drop_last": True, "flush_denormal": False, **values}
     missing = [k for k in SAVED_KEYS if k not in values] if isinstance(values, dict) else list(SAVED_KEYS)
     if missing:
         what = "is empty" if values is None else f"lacks {', '.join(missing)}"

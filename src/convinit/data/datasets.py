@@ -127,7 +127,7 @@ class DatasetInfo:
 
     def resolve_dir(self, data_dir: str | Path | None) -> Path | None:
         if data_dir is not None:
-            return Path(data_dir).expanduser()
+            return Path(check_data_dir(data_dir)).expanduser()
         return self.default_dir()
 
     def missing_files(self, data_dir: str | Path | None) -> list[str]:
@@ -138,6 +138,16 @@ class DatasetInfo:
         if not root.is_dir():
             return [str(root)]
         return self.missing_in(root)
+
+
+def check_data_dir(data_dir: Any) -> str | os.PathLike | None:
+    """`data_dir` as given if it is a path (or None); a number, boolean, list or mapping (what YAML makes
+    of data_dir=123 or data_dir=[a]) is refused in one line rather than met by a TypeError."""
+    if data_dir is None or isinstance(data_dir, (str, os.PathLike)):
+        return data_dir
+    scalar = isinstance(data_dir, (int, float)) and not isinstance(data_dir, bool)
+    hint = f"; for a folder of that name write data_dir=./{data_dir}" if scalar else ""
+    raise ConfigError(f"data_dir must be a folder path, got {data_dir!r} ({type(data_dir).__name__}){hint}")
 
 
 def unknown_dataset(typed: str, names: list[str]) -> str:
@@ -213,6 +223,7 @@ def survey_dataset(name: str, data_dir: str | Path | None = None) -> tuple[str, 
     """(status, place, what was found) for `convinit datasets`: `available` only once a sample of the
     data was read (classes, split sizes), `unusable` if that read failed, else `not found` and why.
     An embedded set (digits) is where it always is, whatever `data_dir` says."""
+    check_data_dir(data_dir)  # for every set, embedded or not
     info = dataset_info(name)
     root = info.resolve_dir(data_dir) if info.needs_dir else None
     place = "(embedded)" if not info.needs_dir else str(root) if root is not None else "-"
@@ -227,6 +238,35 @@ def survey_dataset(name: str, data_dir: str | Path | None = None) -> tuple[str, 
         return "unusable", place, str(exc)
     found = Found(dataset.num_classes, len(dataset.train_labels), len(dataset.test_labels))
     return "available", place, str(found)
+
+
+def survey_datasets(data_dir: str | Path | None = None) -> tuple[str | None, list[tuple[str, str, str, str]]]:
+    """`convinit datasets`: a line on what `data_dir` holds (None without one), and (name, status, place,
+    what was found) per dataset. A dataset that does not read `data_dir` but has a place of its own (the
+    system's Fashion-MNIST, a cache) is surveyed there: a user asking about their folder is not told that
+    a dataset installed elsewhere is missing."""
+    rows = []
+    for name in list_datasets():
+        status, place, found = survey_dataset(name, data_dir)
+        if data_dir is not None and status == "not found" and dataset_info(name).default_dir() is not None:
+            status, place, found = survey_dataset(name)
+        rows.append((name, status, place, found))
+    if data_dir is None:
+        return None, rows
+    folder = str(dataset_info("folder").resolve_dir(data_dir))
+    here = [(name, status, found) for name, status, place, found in rows if place == folder]
+    readers = [f"dataset={name}" for name, status, _ in here if status == "available"]
+    unusable = [(name, found) for name, status, found in here if status == "unusable"]
+    if readers:
+        line = (
+            f"{data_dir}: reads as {' or '.join(readers)} (train on it with {readers[0]} data_dir={data_dir})"
+        )
+    elif unusable:
+        line = f"{data_dir}: dataset={unusable[0][0]} finds it unusable: {unusable[0][1]}"
+    else:
+        why = next((found for name, _, found in here if name == "folder"), "not a folder of class folders")
+        line = f"{data_dir}: no dataset reads it (as dataset=folder: {why})"
+    return line, rows
 
 
 def load_dataset(

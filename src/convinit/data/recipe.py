@@ -44,6 +44,7 @@ class DataRecipe:
     data_budget_gb: float | None
     workers: int
     batch_size: int
+    drop_last: bool  # drop the last partial batch (once there is more than one batch)
     eval_batch_size: int
     repeated_aug: int
     augment: AugmentRecipe

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from PIL import Image
 
 from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
 from convinit.data.cores import decoding_workers
 from convinit.data.datasets import ImageDataset
-from convinit.data.image_files import GRAYSCALE_MODES, UNREADABLE, unreadable_image
+from convinit.data.image_files import GRAYSCALE_MODES, UNREADABLE, open_image, unreadable_image
 from convinit.data.readers.folder import FolderSplits
 from convinit.data.recipe import AugmentRecipe, DataRecipe
 from convinit.data.streamed_loader import (
@@ -117,7 +116,7 @@ def sampled_shape(paths: list[Path]) -> tuple[int, tuple[int, int]]:
     sizes, grey = [], True
     for path in paths[::step][:HEADER_SAMPLE]:
         try:
-            with Image.open(path) as img:
+            with open_image(path) as img:  # over PIL's pixel limit: refused from the header
                 sizes.append(img.size)
                 grey = grey and img.mode in GRAYSCALE_MODES
         except UNREADABLE as exc:  # a decompression bomb is refused from its header: one line
@@ -165,6 +164,13 @@ def streamed_dataset(
     )
 
 
+def drops_last_batch(recipe: DataRecipe, train_size: int, world_size: int) -> bool:
+    """Whether an epoch drops its last partial batch: under DDP always (every rank takes equal steps), else
+    only when the recipe asks for it (the papers' code) and the set fills more than one batch. Kept, a
+    120-image set at batch 64 trains on all 120 images each epoch, in two steps instead of one."""
+    return world_size > 1 or (recipe.drop_last and train_size > recipe.batch_size)
+
+
 def build_data(recipe: DataRecipe, device: torch.device, rank: int = 0, world_size: int = 1) -> DataSource:
     """The run's DataSource. The mode is chosen before anything goes to the device: a folder's from its
     image headers before anything is decoded, any other set's once its reader has decoded it into host
@@ -204,7 +210,7 @@ def build_data(recipe: DataRecipe, device: torch.device, rank: int = 0, world_si
         recipe.batch_size // world_size,
         device,
         shuffle=True,
-        drop_last=len(keep) > recipe.batch_size or world_size > 1,
+        drop_last=drops_last_batch(recipe, len(keep), world_size),
         seed=recipe.seed,
         rank=rank,
         world_size=world_size,
@@ -311,7 +317,7 @@ def stream_loaders(
         recipe.batch_size // world_size,
         seed=recipe.seed,
         shuffle=True,
-        drop_last=True,
+        drop_last=drops_last_batch(recipe, len(train_set), world_size),
         rank=rank,
         world_size=world_size,
         repeats=recipe.repeated_aug,

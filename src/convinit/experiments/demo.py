@@ -23,9 +23,10 @@ from typing import Any
 from convinit.analysis.init_summary import init_markdown, init_rows, positional_row
 from convinit.config import TrainConfig, build_config
 from convinit.experiments.grid import slug
-from convinit.experiments.report import find_runs, plot_curves, summarise
+from convinit.experiments.report import find_runs, plot_curves, resolution_note, summarise, test_images
 from convinit.runs.provenance import provenance
 from convinit.runs.signals import continue_with
+from convinit.system.atomic import atomic_write_text, atomic_writer
 from convinit.system.folder_publish import writable_folder
 from convinit.train import train, validate
 
@@ -169,10 +170,11 @@ def train_methods(
         if run_state(run_dir) == "finished":
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "experiment.json").write_text(
+        atomic_write_text(  # never through a link the folder may hold
+            run_dir / "experiment.json",
             json.dumps(
                 {"experiment": "demo", "label": method.label, "seed": seed, "preset": "demo", **provenance()}
-            )
+            ),
         )
         if progress:
             print(f"[{index + 1}/{len(methods)}] {method.label}")
@@ -196,10 +198,20 @@ def step0_and_figures(out: Path, records: list) -> tuple[list[dict[str, Any]], l
         rows += [positional] if positional else init_rows([(record.label, [record.run_dir])])
         if not has_attention(run.model):
             rows[-1]["qk_input"] = "no attention"
+            if run.cfg.init == "random":  # the scheme that leaves the model's own init: say what that is
+                rows[-1]["init"] = own_init(run.cfg)
         images = draw_attention(run, record.run_dir, out / "attention", record.label)
         if images:
             figures.append((record.label, [p.relative_to(out) for p in images]))
     return rows, figures
+
+
+def own_init(cfg: TrainConfig) -> str:
+    """A model's own initialisation, as the init table names it: PyTorch's default for its layers, and a
+    ConvMixer's fixed spatial filters ('impulse': each depthwise filter one tap, frozen)."""
+    spatial = cfg.model_args.get("spatial", "learned") if cfg.model == "convmixer" else "learned"
+    fixed = f", frozen {spatial} depthwise filters" if spatial not in ("learned", "random") else ""
+    return f"PyTorch default{fixed}"
 
 
 def write_demo_report(out: Path, epochs: int) -> Path:
@@ -212,7 +224,7 @@ def write_demo_report(out: Path, epochs: int) -> Path:
     import csv
 
     columns = ["method", "parameters", "final_test_acc_mean", "epochs", "seconds", "images_per_s"]
-    with open(out / "results.csv", "w", newline="") as f:
+    with atomic_writer(out / "results.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
         for row in rows:
@@ -227,6 +239,7 @@ def write_demo_report(out: Path, epochs: int) -> Path:
             f"| {row['seconds']:.0f} | {row['images_per_s']:.0f} |"
         )
     info = provenance()
+    resolution = resolution_note(test_images(records), [row["final_test_acc_mean"] for row in rows])
     text = [
         "# convinit demo: how much does a convolutional inductive bias buy a ViT on a small dataset?",
         "",
@@ -242,6 +255,7 @@ def write_demo_report(out: Path, epochs: int) -> Path:
         "3x3 depthwise filters frozen to random impulses. Final-epoch test accuracy of one seed: differences "
         "of a few points are within seed noise at this scale (see `convinit reproduce` for seeds).",
         *(["", f"**{short_run_caveat(epochs)}.**"] if short_run_caveat(epochs) else []),
+        *(["", resolution] if resolution else []),
         "",
         "![learning curves](curves.png)",
         "",
@@ -255,6 +269,6 @@ def write_demo_report(out: Path, epochs: int) -> Path:
         ],
         f"convinit {info['convinit_version']} @ {info['git_commit'][:12]}, torch {info['torch_version']}.",
     ]
-    (out / "report.md").write_text("\n".join(text) + "\n")
-    print("\n".join(table))
+    atomic_write_text(out / "report.md", "\n".join(text) + "\n")
+    print("\n".join(table + ([f"\n{resolution}"] if resolution else [])))
     return out / "report.md"

@@ -1,9 +1,11 @@
 """Data-efficiency curves: test accuracy against the number of training images, per method.
 
-For each method, fraction and seed: train on a stratified subset of `fraction` of the training set
-(optionally with epochs scaled by 1/fraction, ConViT's protocol, docs/method.md §5), then plot final
-test accuracy against training images and report the area between each method's curve and the
-first method's, averaged over log10(images): "how many points better, on average over data sizes".
+For each method, fraction and seed: train on a stratified subset of `fraction` of the training set,
+then plot final test accuracy against training images and report the area between each method's curve
+and the first method's, averaged over log10(images): "how many points better, on average over data
+sizes". With `scale_epochs` every run takes as many optimisation steps as the whole set's run
+(`scaled_epochs`; ConViT's protocol, docs/method.md §5, scales epochs by 1/fraction, which gives the
+same count only when the subsets fill whole batches).
 """
 
 from __future__ import annotations
@@ -16,13 +18,30 @@ from typing import Any
 
 from convinit.config import merge, resolve_config
 from convinit.data.datasets import load_dataset
+from convinit.data.recipe import DataRecipe
+from convinit.data.source import drops_last_batch
 from convinit.data.subsets import stratified_subset
 from convinit.errors import ConfigError
 from convinit.experiments.grid import RunSpec, flatten, slug
-from convinit.experiments.report import find_runs
+from convinit.experiments.report import RunRecord, find_runs, resolution_note, test_images
 from convinit.train.plan import data_recipe
 
 DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def steps_per_epoch(recipe: DataRecipe, n_images: int) -> int:
+    """Optimisation steps one epoch of `n_images` takes in one process: the last partial batch kept or
+    dropped as training does it (`drops_last_batch`)."""
+    if drops_last_batch(recipe, n_images, 1):
+        return n_images // recipe.batch_size
+    return -(-n_images // recipe.batch_size)
+
+
+def scaled_epochs(epochs: int, full_steps: int, steps: int) -> int:
+    """Epochs of a subset taking `steps` per epoch that give the whole set's `epochs` x `full_steps`
+    optimisation steps, to the nearest whole epoch. By steps, not by 1/fraction: 30 of 120 images at
+    batch 64 is one step per epoch against two, so 1/fraction (4x) would give the subset twice the steps."""
+    return max(1, round(epochs * full_steps / steps))
 
 
 def efficiency_runs(
@@ -44,14 +63,15 @@ def efficiency_runs(
             base = resolve_config(preset, merge(method_overrides, overrides))
         except ConfigError as exc:  # name the method: several may share a preset
             raise ConfigError(f"--method {label}: {exc}") from exc
-        labels = load_dataset(
-            base.dataset, base.data_dir, base.download, **data_recipe(base).options
-        ).train_labels
+        recipe = data_recipe(base)
+        labels = load_dataset(base.dataset, base.data_dir, base.download, **recipe.options).train_labels
+        full_steps = steps_per_epoch(recipe, len(stratified_subset(labels, 1.0, None, 0, base.subset_order)))
         for fraction in fractions:
             if not 0 < fraction <= 1:
                 raise ConfigError(f"fractions must be in (0, 1], got {fraction}")
             n_images = len(stratified_subset(labels, fraction, None, 0, base.subset_order))
-            epochs = max(1, round(base.epochs / fraction)) if scale_epochs else base.epochs
+            steps = steps_per_epoch(recipe, n_images)
+            epochs = scaled_epochs(base.epochs, full_steps, steps) if scale_epochs else base.epochs
             changes = {"train_fraction": None if fraction == 1 else fraction, "epochs": epochs}
             for seed in seeds:
                 cfg = resolve_config(
@@ -65,7 +85,12 @@ def efficiency_runs(
                         cfg,
                         preset,
                         None,
-                        {"group": label, "fraction": fraction, "train_images": n_images},
+                        {
+                            "group": label,
+                            "fraction": fraction,
+                            "train_images": n_images,
+                            "steps": epochs * steps,
+                        },
                         method_index,  # orders the report; the first method is the reference curve
                     )
                 )
@@ -78,18 +103,62 @@ def efficiency_dirname(spec: RunSpec) -> str:
 
 def accuracies(root: Path) -> dict[str, dict[int, list[float]]]:
     """{method: {training images: [final accuracy of each seed]}} from the finished runs under `root`."""
+    return accuracies_of(find_runs(root))
+
+
+def efficiency_records(records: list[RunRecord]) -> list[RunRecord]:
+    """The finished runs that an efficiency grid made (they record their training images)."""
+    return [r for r in records if "train_images" in r.experiment and r.final_accuracy is not None]
+
+
+def accuracies_of(records: list[RunRecord]) -> dict[str, dict[int, list[float]]]:
     points: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for record in find_runs(root):
-        if "train_images" in record.experiment and record.final_accuracy is not None:
-            group = record.experiment.get("group", record.label)  # a hand-made record may lack it
-            points[group][int(record.experiment["train_images"])].append(record.final_accuracy)
+    for record in efficiency_records(records):
+        group = record.experiment.get("group", record.label)  # a hand-made record may lack it
+        points[group][int(record.experiment["train_images"])].append(record.final_accuracy)
     return points
 
 
 def curves(root: Path) -> dict[str, list[tuple[int, float]]]:
     """{method: [(training images, mean final accuracy)]} from the finished runs under `root`."""
-    points = accuracies(root)
+    return mean_curves(accuracies(root))
+
+
+def mean_curves(points: dict[str, dict[int, list[float]]]) -> dict[str, list[tuple[int, float]]]:
     return {m: sorted((n, statistics.fmean(a)) for n, a in by_n.items()) for m, by_n in points.items()}
+
+
+def schedule_note(records: list[RunRecord]) -> str:
+    """Epochs and optimisation steps of each column (training images), and whether the columns differ in
+    them: a curve across columns of different schedules compares more than the data size."""
+    epochs: dict[int, set[int]] = defaultdict(set)
+    steps: dict[int, set[int]] = defaultdict(set)
+    for record in efficiency_records(records):
+        size, last = int(record.experiment["train_images"]), record.metrics[-1]
+        epochs[size].add(int(last["epoch"]))
+        if isinstance(last.get("step"), int):  # the run's optimisation steps, as it counted them
+            steps[size].add(last["step"])
+
+    def shown(values: set[int]) -> str:
+        return "/".join(map(str, sorted(values))) or "?"
+
+    columns = "; ".join(
+        f"{n} imgs: {shown(epochs[n])} epochs, {shown(steps[n])} steps" for n in sorted(epochs)
+    )
+    line = f"Schedules per column: {columns}."
+    if len({shown(e) for e in epochs.values()}) > 1:
+        line += " The columns ran different numbers of epochs"
+        line += (
+            ", chosen so that every run takes as many optimisation steps (--scale-epochs)."
+            if len({shown(s) for s in steps.values()}) == 1
+            else "."
+        )
+    elif len({shown(s) for s in steps.values()}) > 1:
+        line += (
+            " Every column ran the same epochs, so a larger set took more optimisation steps: the curve "
+            "mixes data size with training length (--scale-epochs gives every run as many steps)."
+        )
+    return line
 
 
 def mean_std(values: list[float]) -> str:
@@ -111,7 +180,9 @@ def area_between(curve: list[tuple[int, float]], reference: list[tuple[int, floa
 def efficiency_summary(root: Path) -> str:
     """Markdown: final accuracy per method and data size (mean +- std over seeds), and each method's area
     against the first; a line under the table says how many seeds each cell holds."""
-    data, seeds = curves(root), accuracies(root)
+    records = find_runs(root)
+    seeds = accuracies_of(records)
+    data = mean_curves(seeds)
     if not data:
         raise ConfigError(f"{root} holds no finished efficiency runs")
     methods = list(data)
@@ -130,5 +201,11 @@ def efficiency_summary(root: Path) -> str:
         "",
         f"Final-epoch test accuracy (%), mean +- std over the {over} seed(s) of each cell; gain: the mean "
         f"difference from {methods[0]} over log10(training images).",
+        "",
+        schedule_note(records),
     ]
+    cells = [statistics.fmean(accs) for by_n in seeds.values() for accs in by_n.values()]
+    note = resolution_note(test_images(efficiency_records(records)), cells)
+    if note:
+        lines += ["", note]
     return "\n".join(lines)

@@ -17,6 +17,7 @@ import io
 import json
 import math
 import statistics
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from convinit.analysis.init_summary import init_markdown, init_rows
 from convinit.config import load_config
 from convinit.errors import ConfigError
 from convinit.experiments.paired import paired_difference
-from convinit.runs.metrics import read_metrics
+from convinit.runs.metrics import parse_row, read_metrics
 from convinit.runs.track_log import TRACK_FILE, TRACK_ROW_KEYS
 from convinit.system.atomic import atomic_write_text, atomic_writer
 from convinit.system.read_back import read_capped, short_repr
@@ -144,21 +145,75 @@ def run_label(run_dir: Path, root: Path, experiment: dict[str, Any]) -> str:
     return experiment.get("label") or run_dir.relative_to(root).parent.as_posix() or run_dir.name
 
 
-def find_runs(root: Path) -> list[RunRecord]:
-    """Every finished run under `root` (folders with config.yaml, metrics.jsonl and finished.json)."""
-    records = []
-    for config_path in sorted(root.rglob("config.yaml")):
-        run_dir = config_path.parent
-        if not (run_dir / "finished.json").exists() or not (run_dir / "metrics.jsonl").exists():
-            continue
-        config = load_config(config_path).to_dict()  # a damaged config.yaml is refused in one line
-        experiment = read_experiment(run_dir)
-        metrics = read_metrics(run_dir / "metrics.jsonl")
-        if not metrics:
-            continue
-        label = run_label(run_dir, root, experiment)
-        records.append(RunRecord(run_dir, label, int(config.get("seed", 0)), metrics, config, experiment))
+RUN_MARKERS = ("config.yaml", "metrics.jsonl", "finished.json", "experiment.json")  # a run folder holds one
+
+
+def find_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list[RunRecord]:
+    """Every finished run under `root` (folders with config.yaml, metrics.jsonl and finished.json).
+
+    Every other folder that holds a run's files (unfinished, failed, finished without its config or
+    metrics, a finished.json that is damaged or disagrees with metrics.jsonl) is named with the reason:
+    appended to `skipped`, or, without a list, in one warning each; never dropped without a word."""
+    records, left_out = [], []
+    folders = sorted({path.parent for name in RUN_MARKERS for path in root.rglob(name)})
+    for run_dir in folders:
+        found = read_run(run_dir, root)
+        if isinstance(found, RunRecord):
+            records.append(found)
+        else:
+            left_out.append((run_dir, found))
+    if skipped is None:
+        for run_dir, reason in left_out:
+            warnings.warn(f"{run_dir} is left out of the report: {reason}", stacklevel=2)
+    else:
+        skipped.extend(left_out)
     return sorted(records, key=lambda r: r.experiment.get("row", 0))  # stable: path order within a row
+
+
+def read_run(run_dir: Path, root: Path) -> RunRecord | str:
+    """The finished run in `run_dir`, or why it gives no final figure.
+
+    The final row is the one `finished.json` records (the trainer writes it when the run ends), never
+    merely the last intact line of metrics.jsonl: a cut last line must not make epoch 19 the final one
+    of a 20-epoch run."""
+    if not (run_dir / "finished.json").exists():
+        failed = (run_dir / "failed.json").exists()
+        return "it failed (see its failed.json)" if failed else "it is not finished (no finished.json)"
+    for name in ("config.yaml", "metrics.jsonl"):
+        if not (run_dir / name).exists():
+            return f"it is finished but has no {name}; restore it from a copy or rerun the run"
+    finished = read_finished(run_dir / "finished.json")
+    if isinstance(finished, str):
+        return finished
+    config = load_config(run_dir / "config.yaml").to_dict()  # a damaged config.yaml is refused in one line
+    experiment = read_experiment(run_dir)
+    epoch, metrics = finished["epoch"], read_metrics(run_dir / "metrics.jsonl")
+    last = next((row for row in reversed(metrics) if row["epoch"] == epoch), finished)  # a cut line: finished
+    if last.get("test_acc") != finished["test_acc"]:
+        return (
+            f"metrics.jsonl gives epoch {epoch} test_acc {short_repr(last.get('test_acc'))} but "
+            f"finished.json {finished['test_acc']}; one was edited: restore the run from a copy or rerun it"
+        )
+    rows = [row for row in metrics if row["epoch"] < epoch] + [last]
+    label = run_label(run_dir, root, experiment)
+    return RunRecord(run_dir, label, int(config.get("seed", 0)), rows, config, experiment)
+
+
+def read_finished(path: Path) -> dict[str, Any] | str:
+    """finished.json's row (the run's last metrics row), or what is wrong with it."""
+    try:
+        row, problem = parse_row(read_capped(path).decode("utf-8", "replace"), ("epoch",))
+    except OSError as exc:
+        row, problem = {}, exc.strerror or str(exc)
+    if problem is None and not is_number(row.get("test_acc")):
+        problem = f"'test_acc' is {short_repr(row.get('test_acc'))}, not a number"
+    if problem is not None:
+        return f"its finished.json is damaged ({problem}); restore the run from a copy or rerun it"
+    return row
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def find_failed(root: Path) -> list[tuple[str, int, str]]:
@@ -279,6 +334,36 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def test_images(records: list[RunRecord]) -> int | None:
+    """The smallest test set the runs were evaluated on (their `preprocessing.json`), None if unrecorded."""
+    counts = [read_json(r.run_dir / "preprocessing.json").get("test_images") for r in records]
+    counts = [n for n in counts if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+    return min(counts) if counts else None
+
+
+def resolution_note(test_count: int | None, accuracies: list[float]) -> str | None:
+    """What a comparison on `test_count` images can separate, when it cannot separate rows a point
+    apart: a row's accuracy p (%) on n test images has the binomial standard error sqrt(p (1 - p) / n),
+    and differences under two of them (at the rows' accuracies) are within that row's test-set noise.
+    None for a test set that resolves under a point at every accuracy given, or no figures."""
+    values = [a for a in accuracies if a is not None and math.isfinite(a)]
+    if not test_count or not values:
+        return None
+    margins = sorted(200 * math.sqrt(a / 100 * (1 - a / 100) / test_count) for a in values)
+    if margins[-1] < 1.0:
+        return None
+    low, high = min(values), max(values)
+    at = f"{low:.1f} %" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f} %"
+    spread = (
+        f"{margins[-1]:.1f}" if margins[0] > margins[-1] - 0.05 else f"{margins[0]:.1f}-{margins[-1]:.1f}"
+    )
+    return (
+        f"The test set has {test_count:,} images: one image is {100 / test_count:.2g} points; at the rows' "
+        f"accuracies ({at}) two binomial standard errors are {spread} points, so rows whose accuracies "
+        "differ by less than that cannot be told apart on this test set."
+    )
+
+
 def save_plot(fig, ax, path: Path, legend_size: int = 8, title: str | None = None) -> None:
     """Title, grid, legend and an atomic PNG write; the figure is closed."""
     import matplotlib.pyplot as plt
@@ -302,7 +387,8 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "Test accurac
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, group in group_runs(records):
+    groups = group_runs(records)
+    for label, group in groups:
         by_epoch: dict[int, list[float]] = defaultdict(list)
         for record in group:
             for row in record.metrics:
@@ -313,7 +399,27 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "Test accurac
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # evaluations happen at whole epochs
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (%)")
+    lengths = epoch_counts(groups)
+    if len(set(lengths)) > 1:  # one axis, schedules of different lengths: the title says so
+        title = f"{title}\n(rows ran {min(lengths)} to {max(lengths)} epochs: each line ends at its own last)"
     save_plot(fig, ax, path, legend_size=8, title=title)
+
+
+def epoch_counts(groups: list[tuple[str, list[RunRecord]]]) -> list[int]:
+    """The number of epochs each row's runs trained (their last metrics row)."""
+    return [max(r.metrics[-1]["epoch"] for r in group) for _, group in groups]
+
+
+def dodged(xs: list[float], index: int, count: int, span: tuple[float, float], log_x: bool) -> list[float]:
+    """`xs` moved sideways by row `index` of `count`, by 2 % of the axis's span (`span`, the lowest and
+    highest x of all rows) per row, so that rows measured at the same x do not draw their error bars over
+    each other; centred on the true x. On a log axis the shift is a factor."""
+    shift = 0.02 * (index - (count - 1) / 2)
+    low, high = span
+    if log_x:
+        decades = math.log10(high / low) if high > low else 1.0
+        return [x * 10 ** (shift * decades) for x in xs]
+    return [x + shift * ((high - low) or 1.0) for x in xs]
 
 
 def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_x: bool = False) -> bool:
@@ -331,16 +437,20 @@ def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for group, values in points.items():
+    measured = sorted({x for values in points.values() for x in values})
+    for index, (group, values) in enumerate(points.items()):
         xs = sorted(values)
         means = [statistics.fmean(values[x]) for x in xs]
         stds = [statistics.stdev(values[x]) if len(values[x]) > 1 else 0.0 for x in xs]
-        ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=group)
+        shown = dodged(xs, index, len(points), (measured[0], measured[-1]), log_x)
+        ax.errorbar(shown, means, yerr=stds, marker="o", capsize=3, label=group)
     if log_x:
         log_axis_at(ax, sorted({x for values in points.values() for x in values}))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("final test accuracy (%)")
     title = f"Final test accuracy against {xlabel} (mean ± std over seeds)"
+    if len(points) > 1:
+        title += "\nrows set slightly apart at each x so their bars do not overlap"
     save_plot(fig, ax, path, legend_size=8, title=title)
     return True
 
@@ -457,8 +567,19 @@ def write_report_files(
         "of the per-seed differences from the first row over the seeds both ran, with its 95 % t interval "
         "(labelled within noise when it contains 0).",
     ]
+    note = resolution_note(test_images(records), [row["final_test_acc_mean"] for row in rows])
+    if note:
+        parts += ["", note]
     if rows:
         parts += ["", "![curves](curves.png)"]
+    lengths = sorted({row["epochs"] for row in rows})
+    if len(lengths) > 1:
+        parts += [
+            "",
+            f"The rows ran different numbers of epochs ({', '.join(map(str, lengths))}): each curve ends at "
+            "its own last epoch, and at any one epoch the curves compare runs at different points of their "
+            "schedules (learning rate, warm-up); the table's final accuracies compare finished runs.",
+        ]
     if plot_sweep(records, "alpha", out / "alpha_sweep.png", "alpha"):
         parts += ["", "![alpha sweep](alpha_sweep.png)"]
     # sample efficiency: `convinit efficiency` records image counts, grids (ConViT Table 2) fractions

@@ -281,3 +281,15 @@ def run_grid(
 def failed(outcome: dict[str, str]) -> list[str]:
     """The run directories of `outcome` that failed."""
     return [run_dir for run_dir, what in outcome.items() if what.startswith("failed")]
+
+
+def nothing_trained(outcome: dict[str, str], out: Path) -> str | None:
+    """The line a rerun prints when every run was finished before it (each one `skipped`): nothing was
+    trained, and the way to train the rows again is another --out. None when something ran."""
+    if not outcome or any(what != "skipped" for what in outcome.values()):
+        return None
+    return (
+        f"every run of this grid in {out} was already finished ({len(outcome)} skipped): nothing was trained "
+        f"and the report is of the runs found there; to train them again, pass another --out "
+        f"(e.g. --out {out}-rerun)"
+    )

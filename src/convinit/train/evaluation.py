@@ -11,6 +11,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from convinit.system.denormals import denormals_flushed
 from convinit.train.device import resolve_device
 from convinit.train.distributed import DistributedContext
 from convinit.train.opening import open_run
@@ -62,10 +63,12 @@ def run_trackers(model: nn.Module, names: list[str], images: torch.Tensor) -> di
 
 def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -> dict[str, float]:
     """Test loss and accuracy of a run's newest intact checkpoint, read as the run reads its test set,
-    in its precision and layout, with its own thread count (its sums, to the digit)."""
+    in its precision and layout, with its own thread count and, on a CPU, with subnormal floats flushed
+    as training flushed them (its sums, to the digit)."""
     run = open_run(run_dir, resolve_device(device), ema=ema, settle=True)
     data, plan = run.data, run.plan
-    loss, acc = evaluate(run.model, data.test, data.eval_transform, plan.dtype, plan.layout)
+    with denormals_flushed(plan.device.type == "cpu" and plan.cfg.flush_denormal):  # as the run trained
+        loss, acc = evaluate(run.model, data.test, data.eval_transform, plan.dtype, plan.layout)
     return {"checkpoint": str(run.checkpoint), "test_loss": loss, "test_acc": acc, "epoch": run.epoch}
 
 

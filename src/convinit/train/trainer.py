@@ -32,6 +32,7 @@ from convinit.runs.run_dir import check_run_dir_path
 from convinit.runs.signals import RunInterrupted, stop_at_step_boundary, stop_outside_the_loop
 from convinit.runs.track_log import TrackLog, track_due
 from convinit.system.atomic import atomic_write_text
+from convinit.system.denormals import denormals_flushed
 from convinit.train.device import explain_compile_failure
 from convinit.train.distributed import (
     DistributedContext,
@@ -124,7 +125,7 @@ def train_owned(
     run = build_run(plan, Path(run_dir) if run_dir else new_run_dir(cfg), resume, overwrite, ddp)
     if ddp.is_main and progress:
         print(f"dataset: {cfg.dataset}, {run.data.counts()}", file=sys.stderr)
-        print(f"data: {run.data.mode} ({run.data.reason}); {run.threads.line()}", file=sys.stderr)
+        print(f"{data_line(run)}; {run.threads.line()}", file=sys.stderr)
     elif ddp.world_size > 1 and progress:  # each rank chose its own count: every rank says it
         print(f"rank {ddp.rank}: {run.threads.line()}", file=sys.stderr)
     if run.checkpoint is None and cfg.eval_every:  # every rank evaluates its shard of the test set
@@ -144,7 +145,9 @@ def train_owned(
         dynamic_ncols=True,
         mininterval=0.5,
     )
-    with bar, stop_at_step_boundary() as stop:
+    # impulse's peaked maps leave subnormal floats, slow on some CPUs: flushed in each of the run's threads
+    flush = run.device.type == "cpu" and cfg.flush_denormal
+    with bar, stop_at_step_boundary() as stop, denormals_flushed(flush):
         for epoch in range(run.state.epoch, cfg.epochs):
             train_epoch(run, epoch, bar, stop)
             end_epoch(run, epoch, stop)
@@ -156,9 +159,25 @@ def train_owned(
     return TrainingRun(run_dir=run.run_dir, model=run.model, metrics=rows)
 
 
+def data_line(run: Run) -> str:
+    """Where the run's images are, in words: held in memory (a CPU run), held on the accelerator, or
+    decoded per batch from disk (streamed), and why."""
+    data = run.data
+    if data.mode == "stream":
+        return f"data: streamed, decoded per batch by worker processes ({data.reason})"
+    loaders = (data.train, data.test)
+    images = sum(len(loader.labels) for loader in loaders)
+    size = sum(loader.images.numel() * loader.images.element_size() for loader in loaders) / 2**30
+    counts = f"{images:,} images ({data.train_size:,} training, {images - data.train_size:,} test)"
+    if run.device.type == "cpu":
+        return f"data: {counts} held in memory ({size:.2f} GiB), decoded once"
+    return f"data: {counts} held on {run.device} ({size:.2f} GiB; {data.reason})"
+
+
 def train_epoch(run: Run, epoch: int, bar: tqdm, stop: dict[str, int | None]) -> None:
     """The steps of one epoch (from where an interrupted run stopped), reading the device every
-    `log_every` steps; a signal stops the run at the next step boundary with a checkpoint."""
+    `log_every` steps and after its last step (the bar shows the loss on runs of any length); a signal
+    stops the run at the next step boundary with a checkpoint."""
     first = run.state.step if epoch == run.state.epoch else 0
     if run.ddp.enabled:
         seed_rank_epoch(run.cfg.seed, run.ddp.rank, epoch)
@@ -166,6 +185,7 @@ def train_epoch(run: Run, epoch: int, bar: tqdm, stop: dict[str, int | None]) ->
     run.data.train.start_batch = first
     run.parts.net.train()
     tic = time.perf_counter()
+    reported = True  # a resumed epoch with no step left has nothing new to show
     for step, (images, labels) in enumerate(run.data.train, start=first):
         with explain_compile_failure(run.cfg.compile):
             train_step(run.parts, run.state.totals, images, labels, epoch * run.steps_per_epoch + step)
@@ -174,7 +194,8 @@ def train_epoch(run: Run, epoch: int, bar: tqdm, stop: dict[str, int | None]) ->
             run.cfg.track, run.cfg.track_every, epoch * run.steps_per_epoch + step + 1
         ):
             track_step(run, epoch, epoch * run.steps_per_epoch + step + 1)
-        if (step + 1) % run.cfg.log_every == 0:
+        reported = (step + 1) % run.cfg.log_every == 0
+        if reported:
             report_progress(run, epoch, step, bar, run.state.seconds + time.perf_counter() - tic)
         # under DDP ranks see signals at different steps, so they stop together at the epoch end
         if stop["signum"] is not None and step + 1 < run.steps_per_epoch and not run.ddp.enabled:
@@ -185,6 +206,8 @@ def train_epoch(run: Run, epoch: int, bar: tqdm, stop: dict[str, int | None]) ->
                 run.run_dir, run.model, run.state.state_dict(), epoch, step + 1, ema=run.parts.ema
             )
             stopped(run, path, stop["signum"])
+    if not reported:  # an epoch shorter than log_every, or its last steps: the bar shows the loss anyway
+        report_progress(run, epoch, step, bar, run.state.seconds + time.perf_counter() - tic, refresh=True)
     if run.device.type == "cuda":
         torch.cuda.synchronize()
     run.state.seconds += time.perf_counter() - tic
@@ -198,8 +221,11 @@ def track_step(run: Run, epoch: int, step: int) -> None:
     run.trackers.log_step(step, values)
 
 
-def report_progress(run: Run, epoch: int, step: int, bar: tqdm, seconds: float) -> None:
-    """One read of the running totals: the non-finite policy, the progress bar and the step loggers."""
+def report_progress(
+    run: Run, epoch: int, step: int, bar: tqdm, seconds: float, refresh: bool = False
+) -> None:
+    """One read of the running totals: the non-finite policy, the progress bar (redrawn now with
+    `refresh`, else at its next update) and the step loggers."""
     totals = check_nonfinite(run, run.state.totals.read())
     seen = max(totals["seen"], 1)
     values = {
@@ -212,7 +238,7 @@ def report_progress(run: Run, epoch: int, step: int, bar: tqdm, seconds: float) 
         loss=f"{values['loss']:.3f}",
         train_acc=f"{100 * totals['correct'] / seen:.1f}",  # this epoch's training batches, not the test set
         img_s=f"{values['images_per_s']:.0f}",
-        refresh=False,
+        refresh=refresh,
     )
     run.trackers.log_step(epoch * run.steps_per_epoch + step + 1, values)
 

@@ -1,0 +1,279 @@
+"""Every figure the README and docs/ state about a run is what the kept runs give: a drift fails.
+
+The kept runs: results/<grid>/ (the results page's grids, read with the code that writes that page and
+`convinit report`) and docs/demo/ (the results.csv that `convinit demo` and `convinit demo --quick`
+wrote, as full.csv and quick.csv). STATED builds, page by page, the text each page must hold from those
+files (line breaks aside). A figure given as `mean +- std` that no entry of its page produces fails
+too, except under a heading that says its runs are not kept (earlier measurements, labelled as such).
+docs/results.md is generated whole (tests/experiments/test_results_page.py).
+
+After a rerun: copy the demo's results.csv over docs/demo/full.csv (--quick: quick.csv), then
+`python tests/docs/test_doc_numbers.py` prints every stated text to paste into its page.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from convinit.experiments.paired import PairedDifference, paired_difference
+from convinit.experiments.report import RunRecord, find_runs
+from convinit.experiments.results_page import init_figures, seed_values
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "results"
+DEMO = ROOT / "docs" / "demo"
+NOT_KEPT = "runs not kept"  # in a heading: the section's figures come from earlier runs, not kept
+FIGURE = re.compile(r"[+-]?\d+\.\d+ \+- \d+\.\d+")
+PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "results.md")]
+
+
+@functools.cache
+def runs(grid: str) -> tuple[RunRecord, ...]:
+    return tuple(find_runs(RESULTS / grid))
+
+
+def accs(grid: str, label: str) -> dict[int, float]:
+    values = seed_values(list(runs(grid)), label, "final_acc")
+    assert values, f"no kept run of the grid {grid!r} has the row {label!r}"
+    return values
+
+
+def acc(grid: str, label: str) -> str:
+    """'97.28 +- 0.07': final-epoch test accuracy, mean +- std over the kept seeds."""
+    values = list(accs(grid, label).values())
+    return f"{statistics.fmean(values):.2f} +- {statistics.stdev(values):.2f}"
+
+
+def paired(grid: str, row: str, reference: str, other_grid: str | None = None) -> PairedDifference:
+    difference = paired_difference(accs(grid, row), accs(other_grid or grid, reference))
+    assert difference is not None, f"{row!r} and {reference!r} share no seed"
+    return difference
+
+
+def gain(grid: str, row: str, reference: str) -> str:
+    """'+9.2': the mean paired difference in points, to one decimal."""
+    return f"{paired(grid, row, reference).mean:+.1f}"
+
+
+def held_mass(grid: str, label: str) -> str:
+    """The init report's mean attention mass on the target, on held-apart images, mean over seeds."""
+    return init_figures(list(runs(grid)), label).split(" / ")[0]
+
+
+def tracked(grid: str, label: str, key: str) -> str:
+    """'0.80 / 0.33': a tracked figure at step 0 and at the end, means over seeds."""
+    group = [r for r in runs(grid) if r.label == label]
+    start, end = ([r.bias(f"init_quality/{key}")[i] for r in group] for i in (0, 1))
+    assert group and None not in start + end, f"{grid!r} {label!r} did not track {key}"
+    return f"{statistics.fmean(start):.2f} / {statistics.fmean(end):.2f}"
+
+
+def demo(name: str) -> list[dict[str, str]]:
+    with open(DEMO / f"{name}.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def demo_table() -> str:
+    """The demo's accuracies, the --quick demo's beside the full one's (times vary with the machine's load:
+    they stay in each demo's report)."""
+    full, quick = demo("full"), {row["method"]: row for row in demo("quick")}
+    assert [row["method"] for row in full] == list(quick), "the full and quick demos trained other methods"
+    epochs = (full[0]["epochs"], next(iter(quick.values()))["epochs"])
+    lines = [
+        f"| method | parameters | final test acc (%), {epochs[0]} epochs | `--quick`, {epochs[1]} epochs |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for row in full:
+        lines.append(
+            f"| {row['method']} | {int(row['parameters']):,} | {float(row['final_test_acc_mean']):.1f} "
+            f"| {float(quick[row['method']]['final_test_acc_mean']):.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def demo_acc(name: str, method: str) -> str:
+    return next(f"{float(r['final_test_acc_mean']):.1f}" for r in demo(name) if r["method"] == method)
+
+
+T3, BIAS, EFF, CONVIT, USERS = (
+    "paper1-table3",
+    "beyond-bias-remedies",
+    "paper1-data-efficiency",
+    "convit-sample-efficiency",
+    "users-vit",
+)
+FIT, RECIPE = "impulse (convinit closed form)", "impulse (paper 1 recipe)"
+
+
+def paper1_digits_row(alpha: str) -> str:
+    """README: random, convinit's fit, paper 1's recipe at one alpha (grid paper1-table3)."""
+    return (
+        f"| digits | {alpha} | {acc(T3, f'random, alpha {alpha}')} | {acc(T3, f'{FIT}, alpha {alpha}')} "
+        f"| {acc(T3, f'{RECIPE}, alpha {alpha}')} |"
+    )
+
+
+def paper1_page_rows(alpha: str) -> str:
+    """docs/paper1.md: the digits rows with the bias tracked (beyond-bias-remedies are the same runs as
+    paper1-table3's, with track=[init_quality]; paper 1's recipe was not tracked)."""
+    random, fit = f"random, alpha {alpha}", f"impulse, alpha {alpha}"
+    mass = tracked(BIAS, fit, "target_mass")  # random has no target offset
+    best = [tracked(BIAS, label, "best_offset_mass") for label in (random, fit)]
+    entropy = [tracked(BIAS, label, "entropy") for label in (random, fit)]
+    recipe = paired(T3, f"{RECIPE}, alpha {alpha}", f"random, alpha {alpha}").describe()
+    return "\n".join(
+        [
+            f"| digits | {alpha} | random | 3 | {acc(BIAS, random)} | reference | - | {best[0]} "
+            f"| {entropy[0]} |",
+            f"| digits | {alpha} | {FIT} | 3 | {acc(BIAS, fit)} | {paired(BIAS, fit, random).describe()} "
+            f"| {mass} | {best[1]} | {entropy[1]} |",
+            f"| digits | {alpha} | {RECIPE} | 3 | {acc(T3, f'{RECIPE}, alpha {alpha}')} | {recipe} "
+            "| - | - | - |",
+        ]
+    )
+
+
+def fractions(grid: str, row: str) -> str:
+    """'87.83 +- 1.74, 95.52 +- 1.38 and 97.28 +- 0.07' over a grid's training fractions."""
+    figures = [acc(grid, f"{row} {p}%") for p in (20, 50, 100)]
+    return f"{figures[0]}, {figures[1]} and {figures[2]}"
+
+
+def convit_gains() -> str:
+    """'+25.60 to +34.34': ConViT minus its DeiT twin over every fraction of its grid."""
+    means = [paired(CONVIT, f"ConViT {p}%", f"DeiT {p}%").mean for p in (10, 25, 50, 100)]
+    return f"{min(means):+.2f} to {max(means):+.2f}"
+
+
+STATED: dict[str, list[Callable[[], str]]] = {
+    "README.md": [
+        demo_table,
+        lambda: f"{fractions(EFF, 'impulse')} % with impulse init against {fractions(EFF, 'random')} %",
+        lambda: (
+            f"ConViT, {convit_gains()} points ahead of its DeiT twin at every size, ends lower: "
+            f"{acc('convit-ablation', 'full')} % on 1,000 digits"
+        ),
+        lambda: paper1_digits_row("0.1"),
+        lambda: paper1_digits_row("0.5"),
+        lambda: (
+            f"{held_mass(T3, f'{FIT}, alpha 0.1')} of its attention on its offset at alpha 0.1 "
+            f"({held_mass(T3, f'{FIT}, alpha 0.5')} at 0.5)"
+        ),
+        lambda: (
+            f"{gain(T3, f'{FIT}, alpha 0.1', 'random, alpha 0.1')} points at alpha 0.1, "
+            f"{gain(T3, f'{FIT}, alpha 0.5', 'random, alpha 0.5')} at 0.5"
+        ),
+        lambda: (
+            f"{acc(USERS, 'impulse')} % with impulse init against {acc(USERS, 'random')} % at random, "
+            f"a paired difference of {paired(USERS, 'impulse', 'random').describe()}"
+        ),
+        lambda: (
+            f"{demo_acc('full', 'ConViT (GPSA, local init)')} against "
+            f"{demo_acc('full', 'DeiT twin of the ConViT')}"
+        ),
+    ],
+    "docs/paper1.md": [
+        lambda: paper1_page_rows("0.1"),
+        lambda: paper1_page_rows("0.5"),
+        lambda: (
+            f"{paired(BIAS, 'impulse, alpha 0.1', 'random, alpha 0.1').describe()} at alpha 0.1 and "
+            f"{paired(BIAS, 'impulse, alpha 0.5', 'random, alpha 0.5').describe()} at alpha 0.5"
+        ),
+        lambda: (
+            f"{tracked(BIAS, 'impulse, alpha 0.1', 'target_mass')} at alpha 0.1 and "
+            f"{tracked(BIAS, 'impulse, alpha 0.5', 'target_mass')} at alpha 0.5"
+        ),
+    ],
+    "docs/own-models.md": [
+        lambda label=label: (
+            f"| {label} | {acc(USERS, label)} | "
+            + ", ".join(f"{v:.2f}" for _, v in sorted(accs(USERS, label).items()))
+            + " |"
+        )
+        for label in ("random", "scaled-position", "impulse", "mimetic (Trockman & Kolter)")
+    ]
+    + [
+        lambda: f"impulse leads random by {paired(USERS, 'impulse', 'random').describe()}",
+        lambda: f"{paired(USERS, 'impulse', 'scaled-position').describe()} on top",
+    ],
+}
+
+
+def normal(text: str) -> str:
+    """Whitespace runs as one space: a page wraps its lines where it likes."""
+    return " ".join(text.split())
+
+
+def stated(page: str) -> list[str]:
+    return [entry() for entry in STATED.get(page, [])]
+
+
+def kept_sections(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of every line outside code blocks and outside sections whose runs are not kept."""
+    out, levels, fenced = [], {}, False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        heading = re.match(r"^(#+) ", line)
+        if heading and not fenced:
+            level = len(heading.group(1))
+            levels = {k: v for k, v in levels.items() if k < level} | {level: NOT_KEPT in line.lower()}
+            continue
+        if not fenced and not any(levels.values()):
+            out.append((number, line))
+    return out
+
+
+@pytest.mark.parametrize("page", sorted(STATED))
+def test_every_stated_figure_is_what_the_kept_runs_give(page):
+    text = normal((ROOT / page).read_text())
+    missing = [expected for expected in stated(page) if normal(expected) not in text]
+    assert not missing, f"{page} no longer states what the kept runs give; it should hold:\n\n" + "\n\n".join(
+        missing
+    )
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_mean_and_spread_a_page_gives_is_checked_against_a_kept_run(page):
+    name = str(page.relative_to(ROOT))
+    expected = stated(name)
+    unchecked = [
+        f"{name}:{number}: {match.group()}"
+        for number, line in kept_sections(page.read_text())
+        for match in FIGURE.finditer(line)
+        if not any(match.group() in text for text in expected)
+    ]
+    assert not unchecked, (
+        "figures no kept run backs (add an entry to STATED, or put them under a heading that says "
+        f"'{NOT_KEPT}'):\n" + "\n".join(unchecked)
+    )
+
+
+def test_the_readme_has_no_section_of_runs_not_kept():
+    headings = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("#")]
+    assert not [h for h in headings if NOT_KEPT in h.lower()]
+
+
+def test_a_figure_under_a_heading_of_runs_not_kept_is_exempt_and_nowhere_else():
+    text = (
+        "# A\n1.00 +- 0.10\n## Earlier (runs not kept)\n2.00 +- 0.20\n### detail\n3.00 +- 0.30\n## B\n4.00\n"
+    )
+    kept = [line for _, line in kept_sections(text)]
+    assert kept == ["1.00 +- 0.10", "4.00"]
+
+
+if __name__ == "__main__":
+    for page_name in sorted(STATED):
+        print(f"== {page_name}")
+        for text in stated(page_name):
+            print(text, end="\n\n")
+    sys.exit(0)
