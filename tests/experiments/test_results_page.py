@@ -248,6 +248,7 @@ def test_each_registered_metric_reads_the_figure_the_old_if_chain_read(tmp_path)
         "tracked_end:missing": None,
         "tracked_change:tracked": pytest.approx(-0.3),
         "gate_spread": pytest.approx(0.6),
+        "mean_gate": pytest.approx(0.6),
         "nonlocality_growth": pytest.approx(0.75),
     }
     assert {metric: metric_value(record, metric) for metric in expected} == expected

@@ -246,6 +246,13 @@ def gate_spread(record: RunRecord, _: str) -> float | None:
     return gates[min(gates)] - gates[max(gates)] if gates else None
 
 
+def mean_gate(record: RunRecord, _: str) -> float | None:
+    """How positional a GPSA model (or a converted ViT) stays: its gates' mean over layers and heads at
+    the end (sigmoid(1) = 0.73 at the start; 0 is content attention alone)."""
+    gates = layer_means(record.metrics[-1], "gate")
+    return statistics.fmean(gates.values()) if gates else None
+
+
 def nonlocality_growth(record: RunRecord, _: str) -> float | None:
     first, last = (
         layer_means(record.metrics[0], "nonlocality"),
@@ -270,6 +277,7 @@ METRICS: dict[str, Metric] = {  # a plain name, or a prefix ending in ':' that t
     ),
     "tracked_change:": Metric(tracked_change, "a tracker's figure at the end minus at step 0", "KEY"),
     "gate_spread": Metric(gate_spread, "the first GPSA layer's mean gate minus the last one's, at the end"),
+    "mean_gate": Metric(mean_gate, "the GPSA layers' mean gate at the end"),
     "nonlocality_growth": Metric(
         nonlocality_growth, "the GPSA layers' mean non-locality at the end minus at step 0"
     ),
