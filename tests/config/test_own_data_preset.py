@@ -59,3 +59,20 @@ def test_the_default_is_the_model_and_init_the_results_page_measured():
         assert {key: kept["model_args"][key] for key in BLEND} == BLEND
         same = ("dim", "depth", "heads", "dim_head", "mlp_dim")
         assert {key: kept["model_args"][key] for key in same} == {key: own.model_args[key] for key in same}
+
+
+def test_a_run_on_own_images_says_in_one_line_which_method_it_trains_and_how_to_get_the_baseline(
+    monkeypatch, capsys
+):
+    from convinit.config import train_config
+
+    for chosen in ([], ["init=random"], ["model=convit_tiny"]):
+        monkeypatch.setattr(train_config, "_SAID", set())
+        monkeypatch.setattr(train_config, "_PENDING", [])
+        resolve_config(None, FOLDER + chosen)
+        train_config.say_notes()
+        said = [line for line in capsys.readouterr().err.splitlines() if "preset own_data" in line]
+        if chosen:  # the user chose the method: nothing to say
+            assert said == []
+        else:
+            assert len(said) == 1 and "impulse init" in said[0] and "init=random" in said[0]

@@ -498,6 +498,12 @@ def resolve_config(
     """Defaults <- preset (default: `default_preset`) <- overrides, validated; the preset's values that
     collide with an override adapt to it (a warm-up as long as a shortened run is scaled down)."""
     extra = parse_overrides(overrides) if isinstance(overrides, list) else (overrides or {})
+    if preset is None and default_preset(extra) == "own_data" and not {"init", "model"} & set(extra):
+        say_once(
+            "your own images train preset own_data: a small ViT with paper 1's blend and impulse init, the "
+            "method docs/results.md shows best at a few hundred images; init=random or --config default "
+            "for the baseline"
+        )
     preset = preset or default_preset(extra)
     values = load_preset(preset)
     model = extra.get("model")
