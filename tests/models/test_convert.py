@@ -223,3 +223,23 @@ def test_a_converted_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path
     assert isinstance(reference.model.blocks[0].attn, PortedBlend) and not torch.equal(
         projector, torch.eye(16)
     )
+
+
+def test_impulse_keeps_the_table_where_a_blend_projects_content_so_the_fit_survives_the_projector():
+    """The content projector removes the fitted directions from LN(x): a fit carried by a x18 table inside
+    LN(x) goes with them, so impulse keeps the table there and fits on P (and scales it otherwise)."""
+    from convinit.analysis.init_quality import init_quality
+
+    images = torch.randn(48, 1, 16, 16)
+    plain = convert(timm_vit(), "blend")
+    kept, scaled = (convert(timm_vit(), "blend", content_projection=True) for _ in range(2))
+    table = plain.pos_embed.detach().clone()  # every model starts from the same draw (seed 0)
+    for model, options in ((plain, {}), (kept, {}), (scaled, {"learned_pos_embed": "scale"})):
+        model.init_report = convinit.initialize(model, "impulse", images=images, seed=0, **options)
+    assert torch.allclose(plain.pos_embed, 18 * table) and torch.equal(kept.pos_embed, table)
+    mass = {}
+    for name, model in (("kept", kept), ("scaled", scaled)):
+        for layer in converted_layers(model):
+            layer.start_training()  # the projector, fixed as training starts
+        mass[name] = init_quality(model, images[:16])["init_quality/target_mass"]
+    assert mass["kept"] > 3 * mass["scaled"], mass

@@ -108,7 +108,7 @@ class ImpulseOptions:
     renorm_every: int = 100
     value_init: str = "default"
     held_out: float = HELD_OUT
-    learned_pos_embed: str = "scale"
+    learned_pos_embed: str = "auto"  # scale; keep where a converted blend projects content out of Q/K
     pos_embed_scale: float = POS_EMBED_SCALE
 
     def __post_init__(self) -> None:
@@ -117,7 +117,7 @@ class ImpulseOptions:
             "solver": SOLVERS,
             "offsets": OFFSET_MODES,
             "value_init": ("default", "mimetic"),
-            "learned_pos_embed": POSITION_MODES,
+            "learned_pos_embed": ("auto", *POSITION_MODES),
             "target_shape": TARGET_SHAPES,
         }
         for key, allowed in choices.items():
@@ -190,6 +190,18 @@ def fit_every_layer(
     return layers, on_fitted, on_held, measured, 0 if held is None else len(held)
 
 
+def table_mode(mode: str, slots: list) -> str:
+    """What learned_pos_embed="auto" does to the model's table: "scale", and "keep" on a model converted
+    to paper 1's blend with content projection (`convinit.models.convert`). The projector removes the
+    fitted directions from LN(x), so a fit on a x18 table inside LN(x) would go with them (held-out target
+    mass 0.02 after it, against 0.95 with the table kept and position reaching Q/K through P; docs/method.md
+    §9)."""
+    if mode != "auto":
+        return mode
+    projects = any(slot.forms_qk_input and slot.module.content_projector is not None for slot in slots)
+    return "keep" if projects else "scale"
+
+
 @register_scheme("impulse", options=ImpulseOptions)
 def impulse_init(
     model: nn.Module,
@@ -212,7 +224,8 @@ def impulse_init(
     mimetic-style (follow-up paper: kernel_size=3, offsets="centre_first", value_init="mimetic").
     `seed` makes offsets and optimiser starts reproducible. learned_pos_embed "scale" (x pos_embed_scale,
     18) | "sincos" | "keep": what is done first to a timm or transformers model's learned position
-    table (`convinit.init.positions`; `sincos_pos_embed=True` is learned_pos_embed="sincos").
+    table (`convinit.init.positions`; `sincos_pos_embed=True` is learned_pos_embed="sincos"); "auto"
+    (default): "scale", or "keep" (`table_mode`).
     `images`, a (B, C, H, W) batch preprocessed as for
     evaluation: the closed form fits on the Q/K input the layers really see, and the report gains
     `real_pass` / `real_pass_held_out` (figures of real forward passes on the images fitted on / on
@@ -229,7 +242,7 @@ def impulse_init(
     check_kernel_fits(opts.kernel_size, slots[0].grid, "impulse kernel_size")  # before any offset is listed
     position = None
     if position_table(model) is not None or not isinstance(model, SimpleViT):
-        position = prepare_positions(model, opts.learned_pos_embed, opts.pos_embed_scale)
+        position = prepare_positions(model, table_mode(opts.learned_pos_embed, slots), opts.pos_embed_scale)
         slots = attention_slots(model, "impulse")  # the pseudo-inputs of the prepared table
     if slots[0].free is None and slots[0].seen is None:
         raise ConfigError(
