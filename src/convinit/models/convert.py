@@ -37,7 +37,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from convinit.errors import ConfigError
-from convinit.models.gpsa import gated_output, local_head_offsets, positional_maps, relative_indices
+from convinit.models.gpsa import gated_output, positional_maps, relative_indices, write_local_init
 from convinit.models.hf_layout import hf_grid, hf_layers, hf_vit_backbone
 from convinit.models.layers import fitted_direction_projector, init_linear, posemb_sincos_2d
 from convinit.models.timm_layout import is_timm_layout, timm_grid
@@ -230,12 +230,7 @@ class PortedGPSA(PortedAttention):
             raise ConfigError(
                 "ConViT's local init sets V to the identity, which needs heads * head_dim = width"
             )
-        weights["v"].copy_(torch.eye(weights["v"].shape[0]))
-        self.pos_proj.weight.zero_()
-        for head, (dx, dy) in enumerate(local_head_offsets(self.num_heads)):
-            self.pos_proj.weight[head] = torch.tensor([2 * dx, 2 * dy, -1.0])
-        self.pos_proj.weight.mul_(locality_strength)
-        self.pos_proj.bias.zero_()
+        write_local_init(self.pos_proj, weights["v"], self.num_heads, locality_strength)  # every row: k*k = H
 
     def gates(self) -> torch.Tensor:
         return torch.sigmoid(self.gating_param)

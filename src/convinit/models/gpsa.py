@@ -65,6 +65,19 @@ def local_head_offsets(num_heads: int) -> list[tuple[float, float]]:
     return offsets
 
 
+@torch.no_grad()
+def write_local_init(pos_proj: nn.Linear, v_weight: torch.Tensor, num_heads: int, strength: float) -> None:
+    """ConViT's local init, written into a GPSA layer's weights (convinit's, or a converted ViT's):
+    v = I; pos_proj row p = strength * [2(h2 - c), 2(h1 - c), -1] (official layout, docs/method.md §5),
+    the whole weight scaled, rows beyond k*k too, as in the official code."""
+    v_weight.copy_(torch.eye(v_weight.shape[0]))
+    for head, (dx, dy) in enumerate(local_head_offsets(num_heads)):
+        pos_proj.weight[head, 0] = 2 * dx
+        pos_proj.weight[head, 1] = 2 * dy
+        pos_proj.weight[head, 2] = -1.0
+    pos_proj.weight.mul_(strength)
+
+
 def positional_maps(pos_proj: nn.Linear, rel_indices: torch.Tensor) -> torch.Tensor:
     """softmax(pos_proj(r)) over keys, shape (H, N, N), for relative indices r (N, N, 3).
 
@@ -164,12 +177,7 @@ class GPSA(nn.Module):
         convolution tap at offset Delta_p. As in the official code, the whole weight (also rows
         beyond k*k) is scaled by alpha and the bias stays 0.
         """
-        self.v.weight.copy_(torch.eye(self.dim))
-        for head, (dx, dy) in enumerate(local_head_offsets(self.num_heads)):
-            self.pos_proj.weight[head, 0] = 2 * dx
-            self.pos_proj.weight[head, 1] = 2 * dy
-            self.pos_proj.weight[head, 2] = -1.0
-        self.pos_proj.weight.mul_(self.locality_strength)
+        write_local_init(self.pos_proj, self.v.weight, self.num_heads, self.locality_strength)
 
     def gates(self) -> torch.Tensor:
         """g_h = sigmoid(lambda_h), shape (H,)."""
