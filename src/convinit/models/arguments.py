@@ -74,7 +74,13 @@ def signature_defaults(fn: Callable[..., Any]) -> dict[str, Any] | None:
     params = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return None
+    return named_defaults(fn)
+
+
+def named_defaults(fn: Callable[..., Any]) -> dict[str, Any]:
+    """`fn`'s named keyword parameters and defaults, a **kwargs beside them ignored; `self` left out."""
     keywords = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = inspect.signature(fn).parameters
     return {k: p.default for k, p in params.items() if p.kind in keywords and k != "self"}
 
 
@@ -100,8 +106,9 @@ def transformers_defaults(name: str) -> dict[str, Any] | None:
     from convinit.models.external import transformers_config_class
 
     config_class = transformers_config_class(name)
-    own = signature_defaults(config_class.__init__) or {}
-    shared = signature_defaults(config_class.__mro__[1].__init__) or {}
+    # transformers 4's configs name their fields and pass **kwargs on to PretrainedConfig; 5's name them all
+    own = named_defaults(config_class.__init__)
+    shared = named_defaults(config_class.__mro__[1].__init__)
     return {k: v for k, v in own.items() if k not in shared} | HF_EXTRA
 
 

@@ -112,8 +112,9 @@ class PortedAttention(nn.Module):
 
     `mode` "attention" computes what the layer computed; "gpsa" and "blend" are the conversions (module
     docstring). timm's layout keeps the fused `qkv`, `q_norm`, `k_norm`, `norm` and `proj`;
-    transformers' keeps `q_proj`, `k_proj`, `v_proj`, `o_proj` and returns (output, None) as its layer
-    expects. Records (B, H, T, T) maps when `record` is set (`convinit.models.layers.record_attention`).
+    transformers' keeps `q_proj`, `k_proj`, `v_proj`, `o_proj` (and 4.x's output dropout) and returns what
+    the replaced layer returned: (output, None) in 5.x and early 4.x, the output alone in late 4.x.
+    Records (B, H, T, T) maps when `record` is set (`convinit.models.layers.record_attention`).
     """
 
     def __init__(self, parts: dict[str, Any], grid: tuple[int, int], mode: str = "attention"):
@@ -126,6 +127,8 @@ class PortedAttention(nn.Module):
         self.transformers = parts["layout"] == "transformers"
         if self.transformers:
             self.q_proj, self.k_proj, self.v_proj, self.o_proj = (parts[k] for k in ("q", "k", "v", "out"))
+            self.out_drop = parts.get("out_drop", nn.Identity())
+            self.returns_tuple = bool(parts.get("returns_tuple", True))
         else:
             self.qkv, self.proj = parts["qkv"], parts["out"]
             self.q_norm, self.k_norm, self.norm = parts["q_norm"], parts["k_norm"], parts["norm"]
@@ -191,7 +194,8 @@ class PortedAttention(nn.Module):
         out = self.attend(q, k, v)  # (B, H, T, d)
         out = out.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.inner)
         if self.transformers:
-            return self.o_proj(out), None
+            out = self.out_drop(self.o_proj(out))
+            return (out, None) if self.returns_tuple else out
         return self.proj_drop(self.proj(self.norm(out)))
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -329,17 +333,30 @@ def parts_of(layout: str, host: nn.Module, attribute: str) -> dict[str, Any]:
             "out": attn.proj, "q_norm": attn.q_norm, "k_norm": attn.k_norm,
             "norm": getattr(attn, "norm", nn.Identity()), "proj_drop": attn.proj_drop,
         }  # fmt: skip
-    if hasattr(attn, "q_proj"):  # transformers 5: ViTAttention holds q/k/v/o_proj
+    if hasattr(attn, "q_proj"):  # transformers 5: ViTAttention holds q/k/v/o_proj, returns (out, weights)
         q, k, v, out = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
         heads, dim_head = int(attn.config.num_attention_heads), int(attn.head_dim)
         dropout, scale = float(attn.attention_dropout), float(attn.scaling)
-    else:  # transformers 4: ViTAttention.attention (query/key/value) and .output.dense
-        inner, out = attn.attention, attn.output.dense
-        q, k, v = inner.query, inner.key, inner.value
-        heads, dim_head = int(inner.num_attention_heads), int(inner.attention_head_size)
-        dropout, scale = float(inner.dropout.p), dim_head**-0.5
-    return {"layout": "transformers", "heads": heads, "dim_head": dim_head, "scale": scale,
-            "dropout": dropout, "q": q, "k": k, "v": v, "out": out}  # fmt: skip
+        return {"layout": "transformers", "heads": heads, "dim_head": dim_head, "scale": scale,
+                "dropout": dropout, "q": q, "k": k, "v": v, "out": out}  # fmt: skip
+    # transformers 4: ViTAttention.attention (query/key/value) and .output (dense, then dropout)
+    inner, out = attn.attention, attn.output.dense
+    heads, dim_head = int(inner.num_attention_heads), int(inner.attention_head_size)
+    # late 4.x keeps the probability (dropout_prob); early 4.x an nn.Dropout module (dropout)
+    dropout = float(inner.dropout_prob if hasattr(inner, "dropout_prob") else inner.dropout.p)
+    returns = returns_tuple(attn, inner.query.in_features)
+    return {"layout": "transformers", "heads": heads, "dim_head": dim_head, "scale": dim_head**-0.5,
+            "dropout": dropout, "q": inner.query, "k": inner.key, "v": inner.value, "out": out,
+            "out_drop": attn.output.dropout, "returns_tuple": returns}  # fmt: skip
+
+
+def returns_tuple(attn: nn.Module, dim: int) -> bool:
+    """Whether a transformers-4 ViTAttention returns a tuple (early 4.x) or its output alone (late 4.x):
+    its layer unpacks what it returns, so the ported layer must return the same. Asked of the layer itself,
+    on one zero token (the version number would tie this to release notes)."""
+    weight = attn.output.dense.weight
+    with torch.no_grad():
+        return isinstance(attn(weight.new_zeros(1, 1, dim)), tuple)
 
 
 def convert(model: nn.Module, kind: str, **options: Any) -> nn.Module:

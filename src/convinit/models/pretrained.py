@@ -22,7 +22,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 from huggingface_hub import ModelCard, PyTorchModelHubMixin
-from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
+from huggingface_hub.utils import (  # here from 0.23 on (.errors lacks them in 0.23 and 0.24)
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+)
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 

@@ -52,7 +52,7 @@ def push(model: nn.Module, repo_id: str, saved: Path | None) -> None:
     line within `CONNECT_TIMEOUT` seconds (at once under HF_HUB_OFFLINE), naming the local export kept."""
     import httpx  # huggingface_hub's HTTP client
     from huggingface_hub import constants
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.utils import HfHubHTTPError  # here in every release from 0.23 on
 
     kept = (
         f"the export in {saved} is kept: push it later with `hf upload {repo_id} {saved}`"
