@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from convinit.experiments.paired import PairedDifference, paired_difference
+from convinit.experiments.paired import PairedDifference, gap_share, paired_difference
 from convinit.experiments.report import RunRecord, find_runs
 from convinit.experiments.results_page import init_figures, seed_values
 
@@ -103,12 +103,28 @@ def demo_acc(name: str, method: str) -> str:
     return next(f"{float(r['final_test_acc_mean']):.1f}" for r in demo(name) if r["method"] == method)
 
 
-T3, BIAS, EFF, CONVIT, USERS = (
+T3, BIAS, EFF, CONVIT, USERS, END = (
     "paper1-table3",
     "beyond-bias-remedies",
     "paper1-data-efficiency",
     "convit-sample-efficiency",
     "users-vit",
+    "users-vit-end",
+)
+END30 = "users-vit-end-30"  # users-vit-end's deciding rows at 30 images per class
+CNN, GPSA, PROJECTED = "ConvMixer (CNN)", "GPSA conversion", "blend conversion + impulse + content projection"
+CF = ", crop+flip"  # the light-augmentation twin of a users-vit-end row
+END_ROWS = (
+    "random",
+    "scaled-position",
+    "impulse",
+    "mimetic (Trockman & Kolter)",
+    GPSA,
+    "blend conversion + impulse",
+    "blend conversion + impulse, table kept",
+    PROJECTED,
+    "convinit ConViT (same width, depth)",
+    CNN,
 )
 FIT, RECIPE = "impulse (convinit closed form)", "impulse (paper 1 recipe)"
 
@@ -139,6 +155,39 @@ def paper1_page_rows(alpha: str) -> str:
             "| - | - | - |",
         ]
     )
+
+
+def share(row: str, setting: str = "") -> str:
+    """'0.39 [0.15, 0.63]': the share of the random-to-CNN gap a users-vit-end row closes (the results
+    page's figure), in the plain setting or with `setting` (', crop+flip')."""
+    row_, random, cnn = (accs(END, label + setting) for label in (row, "random", CNN))
+    found = gap_share(row_, random, cnn)
+    assert found is not None, f"{row!r}, random and the CNN share no seed"
+    return found.describe()
+
+
+def end_mass(label: str) -> str:
+    """'0.84': a users-vit-end row's target mass at the end, mean over seeds."""
+    values = seed_values(list(runs(END)), label, "tracked_end:init_quality/target_mass")
+    assert values, f"{label!r} did not track the target mass"
+    return f"{statistics.fmean(values.values()):.2f}"
+
+
+def crop_flip_fit() -> str:
+    """'final training accuracy 50-82 % against the CNN's 97 %': how far the crop+flip rows fit."""
+    fits = {
+        label: statistics.fmean(seed_values(list(runs(END)), label + CF, "final_train_acc").values())
+        for label in END_ROWS
+    }
+    vits = [fit for label, fit in fits.items() if label != CNN]
+    return f"final training accuracy {min(vits):.0f}-{max(vits):.0f} % against the CNN's {fits[CNN]:.0f} %"
+
+
+def end_row(label: str) -> str:
+    """docs/own-models.md: one row of the users-vit-end table, both settings and the gap share."""
+    per_seed = ", ".join(f"{v:.2f}" for _, v in sorted(accs(END, label).items()))
+    gap = "-" if label in ("random", CNN) else share(label)
+    return f"| {label} | {acc(END, label)} | {per_seed} | {acc(END, f'{label}, crop+flip')} | {gap} |"
 
 
 def fractions(grid: str, row: str) -> str:
@@ -172,9 +221,19 @@ STATED: dict[str, list[Callable[[], str]]] = {
             f"{gain(T3, f'{FIT}, alpha 0.5', 'random, alpha 0.5')} at 0.5"
         ),
         lambda: (
-            f"{acc(USERS, 'impulse')} % with impulse init against {acc(USERS, 'random')} % at random, "
-            f"a paired difference of {paired(USERS, 'impulse', 'random').describe()}"
+            f"{acc(END, 'impulse')} % with impulse init against {acc(END, 'random')} % at random, "
+            f"a paired difference of {paired(END, 'impulse', 'random').describe()}"
         ),
+        lambda: (
+            f"{acc(END, PROJECTED)} %, {paired(END, PROJECTED, 'impulse').describe()} over impulse init "
+            f"alone on the same seeds, closing {share(PROJECTED)} of the gap between random and a ConvMixer "
+            f"CNN of the same size ({acc(END, CNN)} %)"
+        ),
+        lambda: (
+            f"{paired(END, GPSA, 'random').describe()} over random without augmentation and "
+            f"{paired(END, GPSA + CF, 'random' + CF).describe()} with it"
+        ),
+        lambda: f"{acc(END30, PROJECTED)} % against the CNN's {acc(END30, CNN)} %",
         lambda: (
             f"{demo_acc('full', 'ConViT (GPSA, local init)')} against "
             f"{demo_acc('full', 'DeiT twin of the ConViT')}"
@@ -200,7 +259,40 @@ STATED: dict[str, list[Callable[[], str]]] = {
         )
         for label in ("random", "scaled-position", "impulse", "mimetic (Trockman & Kolter)")
     ]
+    + [lambda label=label: end_row(label) for label in END_ROWS]
     + [
+        lambda: (
+            f"{acc(END, PROJECTED)} % against {acc(END, 'impulse')} % with impulse init alone, a paired "
+            f"difference of {paired(END, PROJECTED, 'impulse').describe()}; with crop+flip "
+            f"{acc(END, PROJECTED + CF)} % against {acc(END, 'impulse' + CF)} %, "
+            f"{paired(END, PROJECTED + CF, 'impulse' + CF).describe()}"
+        ),
+        lambda: (
+            f"its target mass ends at {end_mass(PROJECTED)}, against {end_mass('impulse')} with impulse "
+            f"init alone and {end_mass('blend conversion + impulse')} with the blend but no projector"
+        ),
+        lambda: (
+            f"the CNN stays ahead of it by {paired(END, CNN, PROJECTED).describe()} without augmentation and "
+            f"{paired(END, CNN + CF, PROJECTED + CF).describe()} with it"
+        ),
+        lambda: (
+            f"{paired(END, GPSA, 'random').describe()} over random without augmentation, "
+            f"{paired(END, GPSA + CF, 'random' + CF).describe()} with crop+flip"
+        ),
+        lambda: (
+            f"{paired(END, 'impulse', 'random').describe()} over random without augmentation and "
+            f"{paired(END, 'impulse' + CF, 'random' + CF).describe()} with it; its target mass falls from "
+            f"{held_mass(END, 'impulse')} at init (on held-apart images) to {end_mass('impulse')} at the end"
+        ),
+        lambda: f"crop+flip adds {paired(END, CNN + CF, CNN).describe()} to the CNN",
+        lambda: (
+            f"the blend with content projection reached {acc(END30, PROJECTED)} % against the CNN's "
+            f"{acc(END30, CNN)} %, a paired difference of {paired(END30, PROJECTED, CNN).describe()}; it led "
+            f"impulse init alone by {paired(END30, PROJECTED, 'impulse').describe()}, impulse led random by "
+            f"{paired(END30, 'impulse', 'random').describe()} and the GPSA conversion led random by "
+            f"{paired(END30, GPSA, 'random').describe()}"
+        ),
+        crop_flip_fit,
         lambda: f"impulse leads random by {paired(USERS, 'impulse', 'random').describe()}",
         lambda: f"{paired(USERS, 'impulse', 'scaled-position').describe()} on top",
     ],

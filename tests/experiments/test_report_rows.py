@@ -8,7 +8,7 @@ import pytest
 
 from convinit.config import resolve_config, save_config
 from convinit.errors import ConfigError
-from convinit.experiments.paired import paired_difference
+from convinit.experiments.paired import gap_share, paired_difference
 from convinit.experiments.report import find_runs, summarise, write_report
 
 
@@ -38,6 +38,18 @@ def test_paired_difference_interval_is_the_t_interval_of_the_per_seed_difference
     assert not clear.within_noise and "within noise" not in clear.describe()
     assert "no interval" in paired_difference({0: 1.0}, {0: 0.0}).describe()
     assert paired_difference({1: 1.0}, {0: 0.0}) is None
+
+
+def test_a_gap_share_is_the_mean_gain_over_the_mean_gap_with_the_paired_interval_in_gap_units():
+    row, reference, ceiling = {0: 72.0, 1: 73.0, 2: 74.0}, {0: 70.0, 1: 70.0, 2: 70.0}, {0: 78, 1: 78, 2: 78}
+    share = gap_share(row, reference, ceiling)
+    assert share.mean == pytest.approx(3 / 8)  # gains 2, 3, 4 over gaps of 8
+    low, high = paired_difference(row, reference).interval
+    assert share.interval == pytest.approx((low / 8, high / 8))  # says what the difference says about 0
+    assert share.describe() == f"0.38 [{low / 8:.2f}, {high / 8:.2f}]"
+    no_gap = gap_share(row, reference, {0: 69.0, 1: 70.0, 2: 70.0})
+    assert no_gap.mean is None and no_gap.interval is None and no_gap.describe().startswith("no gap")
+    assert gap_share(row, reference, {5: 80.0}) is None
 
 
 def test_unrelated_runs_in_one_folder_are_separate_rows_named_by_what_differs(tmp_path):

@@ -142,6 +142,20 @@ def test_every_grid_row_shows_whether_it_fitted_its_training_set(tmp_path):
     assert "random: 89.00 +- 1.00 (3 seeds)" in claim_line(page)  # also a metric a claim can be judged on
 
 
+def test_every_grid_row_shows_its_gates_and_first_layer_nonlocality_at_the_end(tmp_path):
+    for seed in range(3):
+        ends = {"gate/L0/H0": 0.7, "gate/L1/H0": 0.5 + seed / 10, "nonlocality/L0": 1.5, "nonlocality/L1": 3}
+        fake_run(tmp_path, "impulse", seed, [70], extra=ends)
+        fake_run(tmp_path, "random", seed, [70])
+    claims(tmp_path, row="impulse", reference="random")
+    page = render(tmp_path)
+    rows = {
+        line.split(" | ")[0]: line for line in page.splitlines() if line.startswith("| ") and "seeds)" in line
+    }
+    assert rows["| impulse"].endswith("| 0.65 | 1.50 |")  # gates: mean of 0.7 and 0.6; the first layer's 1.5
+    assert rows["| random"].endswith("| - | - |")  # not tracked: no figure, not a zero
+
+
 def test_the_users_vit_table_of_own_models_md_is_the_kept_runs():
     """docs/own-models.md repeats the users-vit rows for its readers; they must be the runs under results/."""
     from convinit.experiments.report import find_runs
@@ -157,6 +171,31 @@ def test_the_users_vit_table_of_own_models_md_is_the_kept_runs():
         numbers = [values[seed] for seed in sorted(values)]
         assert mean_std == f"{statistics.fmean(numbers):.2f} +- {statistics.stdev(numbers):.2f}", label
         assert per_seed.removesuffix(" |") == ", ".join(f"{n:.2f}" for n in numbers), label
+
+
+def test_a_claim_with_a_ceiling_gives_the_share_of_the_gap_its_row_closes(tmp_path):
+    for seed in range(3):
+        fake_run(tmp_path, "random", seed, [70.0])
+        fake_run(tmp_path, "impulse", seed, [72.0 + seed])
+        fake_run(tmp_path, "scaled-position", seed, [78.0])
+    claims(tmp_path, row="impulse", reference="random", ceiling="scaled-position")
+    line = claim_line(render(tmp_path))
+    assert "+3.00 [" in line and "share of the gap to scaled-position: 0.38 [" in line and "**holds**" in line
+
+
+@pytest.mark.parametrize(
+    "ceiling, reference, message",
+    [
+        ("no such row", "random", "ceiling 'no such row' is no row of users-vit"),
+        ("scaled-position", None, "has a ceiling but no reference"),
+    ],
+)
+def test_a_ceiling_that_is_no_row_or_has_no_reference_is_refused_in_one_line(
+    tmp_path, ceiling, reference, message
+):
+    claims(tmp_path, row="impulse", reference=reference, ceiling=ceiling)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        render(tmp_path)
 
 
 def test_a_claims_note_is_shown_under_its_sections_table(tmp_path):
@@ -307,6 +346,7 @@ REFUSED_CLAIM_FIELDS = {  # a hand-edited claims.yaml value of the wrong type: (
     "folder a number": ("folder", 5, "field 'folder' must name one folder under results/, got 5"),
     "folder a path": ("folder", "../elsewhere", "field 'folder' must name one folder under results/"),
     "row a list": ("row", [1, 2], "field 'row' must be text, got [1, 2]"),
+    "ceiling a number": ("ceiling", 3, "field 'ceiling' must be text, got 3"),
     "margin text": ("margin", "abc", "field 'margin' must be a finite number >= 0 (points), got 'abc'"),
     "margin negative": ("margin", -1, "field 'margin' must be a finite number >= 0 (points), got -1"),
     "margin nan": ("margin", float("nan"), "field 'margin' must be a finite number >= 0 (points), got nan"),

@@ -55,3 +55,50 @@ def paired_difference(row: dict[int, float], reference: dict[int, float]) -> Pai
     if not seeds:
         return None
     return PairedDifference(seeds, tuple(row[s] - reference[s] for s in seeds))
+
+
+@dataclass(frozen=True)
+class GapShare:
+    """How much of the gap between a reference and a ceiling row a row closes, on the seeds all three share:
+    mean(row - reference) / mean(ceiling - reference) (0: no gain, 1: up to the ceiling)."""
+
+    seeds: tuple[int, ...]
+    gains: tuple[float, ...]
+    gaps: tuple[float, ...]
+
+    @property
+    def mean(self) -> float | None:
+        """None where the ceiling is not above the reference: there is no gap to close."""
+        gap = statistics.fmean(self.gaps)
+        return statistics.fmean(self.gains) / gap if gap > 0 else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The paired difference's 95 % interval in units of the mean gap, so that the share and the
+        difference say the same about 0 side by side (the gap's own spread over seeds is not in it)."""
+        share, gap = self.mean, statistics.fmean(self.gaps)
+        gains = PairedDifference(self.seeds, self.gains).interval
+        if share is None or gains is None:
+            return None
+        return gains[0] / gap, gains[1] / gap
+
+    def describe(self) -> str:
+        """'0.52 [0.31, 0.73]', '0.52 (1 seed, no interval)' or 'no gap (the ceiling is not above it)'."""
+        share, interval = self.mean, self.interval
+        if share is None:
+            return "no gap (the ceiling is not above the reference)"
+        if interval is None:
+            return f"{share:.2f} ({len(self.gains)} seed, no interval)"
+        return f"{share:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
+def gap_share(
+    row: dict[int, float], reference: dict[int, float], ceiling: dict[int, float]
+) -> GapShare | None:
+    """{seed: accuracy} of a row, its reference and a ceiling; None when the three share no seed."""
+    seeds = tuple(sorted(set(row) & set(reference) & set(ceiling)))
+    if not seeds:
+        return None
+    return GapShare(
+        seeds, tuple(row[s] - reference[s] for s in seeds), tuple(ceiling[s] - reference[s] for s in seeds)
+    )

@@ -4,9 +4,10 @@ The claim grids write their runs (config, provenance, metrics, init report; no c
 results folder kept in the repository, one folder per experiment (`results/<experiment>/<row>/seed<n>`).
 `results/claims.yaml` lists the claims: the paper's statement and number, the experiment and row that
 test it, the reference row it is paired with and the direction the paper says (and, where a grid runs
-with keys changed, those keys and the folder its runs go to). `convinit results` reads both and writes
-the page; a test checks that the page in the repository is what it writes, so no figure on it is typed
-by hand.
+with keys changed, those keys and the folder its runs go to; where a row is measured against a ceiling
+such as a CNN, that row, for the share of the reference-to-ceiling gap it closes). `convinit results`
+reads both and writes the page; a test checks that the page in the repository is what it writes, so no
+figure on it is typed by hand.
 
 Per claim: the row's figure over its seeds (mean +- std), the paired per-seed difference against the
 reference with its 95 % t interval (`convinit.experiments.paired`), and a verdict from that interval:
@@ -40,7 +41,7 @@ import yaml
 from convinit.config import read_yaml
 from convinit.errors import ConfigError
 from convinit.experiments.grid import expand, flatten
-from convinit.experiments.paired import PairedDifference, paired_difference
+from convinit.experiments.paired import GapShare, PairedDifference, gap_share, paired_difference
 from convinit.experiments.report import RunRecord, find_runs, read_json
 from convinit.naming.did_you_mean import suggestion
 from convinit.system.read_back import short_repr
@@ -50,8 +51,9 @@ MIN_SEEDS = 3  # the fewest paired seeds a verdict is drawn from
 END_MASS = "init_quality/target_mass"  # track=[init_quality]: the bias left at the end
 GRID_HEADER = (
     "| row | final test accuracy (%) | per seed | final train accuracy (%) "
-    "| start: held-apart mass / worst row (min) / rows on target | end: target mass |\n"
-    "| --- | ---: | --- | ---: | --- | --- |"
+    "| start: held-apart mass / worst row (min) / rows on target | end: target mass | end: mean gate "
+    "| end: non-locality, first layer |\n"
+    "| --- | ---: | --- | ---: | --- | --- | --- | --- |"
 )
 DIRECTIONS = ("higher", "lower", "similar")
 EQUIVALENCE_MARGIN = 2.0  # points: "about as good" means the paired interval lies within +-2 of 0
@@ -74,6 +76,7 @@ class Claim:
     note: str | None = None  # what a reader must know to read the row (shown under its section's table)
     overrides: dict[str, Any] | None = None  # the grid run with these keys changed (e.g. {epochs: 100}) ...
     folder: str | None = None  # ... into results/<folder> (needed with overrides); else results/<experiment>
+    ceiling: str | None = None  # a row the reference is trying to reach: the page gives the share of that gap
 
     @property
     def runs_folder(self) -> str:
@@ -139,7 +142,18 @@ def load_claims(results: Path) -> list[Claim]:
     return claims
 
 
-CLAIM_TEXT_FIELDS = ("section", "claim", "experiment", "row", "reference", "expect", "metric", "cpu", "note")
+CLAIM_TEXT_FIELDS = (
+    "section",
+    "claim",
+    "experiment",
+    "row",
+    "reference",
+    "ceiling",
+    "expect",
+    "metric",
+    "cpu",
+    "note",
+)
 
 
 def checked_claim(entry: dict[str, Any]) -> Claim:
@@ -178,7 +192,9 @@ def checked_claim(entry: dict[str, Any]) -> Claim:
         raise ConfigError("has overrides but no folder: add one")
     if claim.experiment is not None:
         rows = row_configs(claim.experiment, overrides_key(claim))
-        for key in ("row", "reference"):
+        if claim.ceiling is not None and claim.reference is None:
+            raise ConfigError("has a ceiling but no reference: the gap it measures is reference to ceiling")
+        for key in ("row", "reference", "ceiling"):
             label = getattr(claim, key)
             if label is not None and label not in rows:
                 raise ConfigError(
@@ -188,7 +204,7 @@ def checked_claim(entry: dict[str, Any]) -> Claim:
     return claim
 
 
-OPTIONAL = ("experiment", "row", "reference", "cpu", "note")  # text, or null for none
+OPTIONAL = ("experiment", "row", "reference", "ceiling", "cpu", "note")  # text, or null for none
 
 
 def metric_value(record: RunRecord, metric: str) -> float | None:
@@ -303,6 +319,7 @@ class Outcome:
     reference: dict[int, float]
     difference: PairedDifference | None
     verdict: str
+    share: GapShare | None = None  # of the gap between the reference and the claim's ceiling
 
 
 def seed_values(records: list[RunRecord], label: str | None, metric: str) -> dict[int, float]:
@@ -321,7 +338,10 @@ def judge(claim: Claim, records: list[RunRecord]) -> Outcome:
     if claim.reference is None:  # a figure judged against 0 (e.g. a gate spread)
         reference = {seed: 0.0 for seed in values}
     difference = paired_difference(values, reference)
-    return Outcome(values, reference, difference, verdict(claim, difference))
+    share = None
+    if claim.ceiling is not None:
+        share = gap_share(values, reference, seed_values(records, claim.ceiling, claim.metric))
+    return Outcome(values, reference, difference, verdict(claim, difference), share)
 
 
 def verdict(claim: Claim, difference: PairedDifference | None) -> str:
@@ -401,7 +421,19 @@ def model_words(config: dict[str, Any]) -> str:
     return f"{config.get('model')} ({', '.join(sizes)})" if sizes else str(config.get("model"))
 
 
-SIZE_KEYS = ("dim", "embed_dim", "depth", "heads", "num_heads", "patch_size", "qk_input", "alpha")
+SIZE_KEYS = (
+    "dim",
+    "embed_dim",
+    "depth",
+    "heads",
+    "num_heads",
+    "mlp_ratio",
+    "patch_size",
+    "kernel_size",
+    "local_up_to_layer",
+    "qk_input",
+    "alpha",
+)
 
 
 def grid_words(claim: Claim) -> str:
@@ -411,6 +443,8 @@ def grid_words(claim: Claim) -> str:
 
 def claim_row(claim: Claim, outcome: Outcome, records: list[RunRecord]) -> str:
     difference = "-" if outcome.difference is None else outcome.difference.describe()
+    if outcome.share is not None:
+        difference += f"; share of the gap to {claim.ceiling}: {outcome.share.describe()}"
     cells = [
         claim.claim,
         claim.paper,
@@ -506,7 +540,10 @@ GRID_NOTE = (
     "The start figures are the init report's, on held-apart real training images at the run's own settings: "
     "the mean attention mass on each head's target; each head's worst query row's mass, averaged over heads "
     "(in brackets: the lowest of any head); and the share of rows whose peak is the target. The end figure "
-    "is the tracker's target mass after the last epoch."
+    "is the tracker's target mass after the last epoch; the mean gate, over the GPSA layers and heads "
+    "(sigmoid(1) = 0.73 at the start, 0: content attention alone), and the first layer's non-locality "
+    "(the attention-weighted mean distance, in patches, between a query and its keys) are the trackers' "
+    "figures after the last epoch too, where the grid tracked them."
 )
 
 
@@ -520,16 +557,24 @@ def grid_tables(runs: dict[str, list[RunRecord]], commands: dict[str, str]) -> l
         for label in dict.fromkeys(r.label for r in records):
             values = seed_values(records, label, "final_acc")
             per_seed = ", ".join(f"{values[s]:.2f}" for s in sorted(values))
-            end = seed_values(records, label, f"tracked_end:{END_MASS}")
-            end_mass = f"{statistics.fmean(end.values()):.2f}" if end else "-"
+            end_mass, gate, nonlocality = (
+                mean_over_seeds(records, label, metric)
+                for metric in (f"tracked_end:{END_MASS}", "mean_gate", "tracked_end:nonlocality/L0")
+            )
             train = seed_values(records, label, "final_train_acc")
             fitted = f"{statistics.fmean(train.values()):.1f}" if train else "-"
             parts.append(
                 f"| {label} | {mean_std(values)} | {per_seed} | {fitted} "
-                f"| {init_figures(records, label)} | {end_mass} |"
+                f"| {init_figures(records, label)} | {end_mass} | {gate} | {nonlocality} |"
             )
         parts += ["", "```bash", commands[folder], "```", ""]
     return parts
+
+
+def mean_over_seeds(records: list[RunRecord], label: str, metric: str) -> str:
+    """'0.84': a claim metric's mean over a row's seeds, to two decimals; '-' where no run gives it."""
+    values = seed_values(records, label, metric)
+    return f"{statistics.fmean(values.values()):.2f}" if values else "-"
 
 
 def init_figures(records: list[RunRecord], label: str) -> str:
@@ -559,8 +604,11 @@ Do not edit it by hand: rerun a grid with the command in its row, then `convinit
 
 Every row ran on a CPU at the small scale of its experiment (digits: 1,000 training and 797 test images;
 Fashion-MNIST: 1,000 training images, 100 per class, and all 10,000 test images), one thread per run, three
-seeds. "convinit" is the final-epoch test accuracy (never the best epoch), mean +- std over seeds; the
-paired difference is the row minus its reference on the same seeds, with its 95 % t interval. The GPU-scale
+seeds (five in the grid users-vit-end; each row says how many). "convinit" is the final-epoch test accuracy
+(never the best epoch), mean +- std over seeds; the paired difference is the row minus its reference on the
+same seeds, with its 95 % t interval. Where a claim names a ceiling (a CNN), the share of the gap is the
+row's mean gain over its reference divided by the ceiling's, with the paired interval in the same units
+(0: no gain, 1: up to the ceiling). The GPU-scale
 settings of every experiment stay as its `--scale full` preset; the papers' numbers come from those.
 
 Verdicts come from the paired interval: **holds** when it excludes 0 on the paper's side, **does not
