@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import csv
+from pathlib import Path
+
+import pytest
 
 from convinit.experiments.demo import FULL_EPOCHS, QUICK_EPOCHS, demo_methods, run_demo, short_run_caveat
 
 
-def test_demo_trains_every_method_and_writes_the_report(tmp_path):
-    report = run_demo(tmp_path / "demo", epochs=1, progress=False)
-    text = report.read_text()
+@pytest.fixture(scope="module")
+def one_epoch_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One 1-epoch demo for the tests below (a demo trains every method: run it once)."""
+    root = tmp_path_factory.mktemp("demo")
+    run_demo(root / "demo", epochs=1, progress=False)
+    return root
+
+
+def test_demo_trains_every_method_and_writes_the_report(one_epoch_demo):
+    tmp_path = one_epoch_demo
+    text = (tmp_path / "demo" / "report.md").read_text()
     for method in demo_methods():
         assert f"| {method.label} |" in text
     with open(tmp_path / "demo" / "results.csv") as f:
@@ -32,8 +43,8 @@ def test_demo_trains_every_method_and_writes_the_report(tmp_path):
     assert "The test set has 797 images: one image is 0.13 points;" in text  # what the rows can separate
 
 
-def test_demo_rerun_skips_finished_methods(tmp_path):
-    run_demo(tmp_path / "demo", epochs=1, progress=False)
+def test_demo_rerun_skips_finished_methods(one_epoch_demo):
+    tmp_path = one_epoch_demo
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "demo" / "runs").rglob("finished.json")}
     run_demo(tmp_path / "demo", epochs=1, progress=False)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
