@@ -20,7 +20,7 @@ Prefix tokens (class, distillation, registers) come first in a timm or transform
 model cannot move them (ConViT adds its class token after its GPSA blocks). So: a prefix token's query row
 is content attention only (it has no offset to any patch), a patch query puts no positional weight on
 prefix keys (they are at no offset), and in the blend a prefix token's Q/K input is alpha * LN(x) with no
-P. With no prefix tokens a converted GPSA layer computes exactly what `convinit.models.convit.GPSA` does.
+P. With no prefix tokens a converted GPSA layer computes exactly what `convinit.models.gpsa.GPSA` does.
 
 The model records its conversion in `model.conversion` (a dict), which export writes to config.json so
 that `convinit.from_pretrained` converts the rebuilt model again before loading the weights.
@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from convinit.errors import ConfigError
 from convinit.models.gpsa import gated_output, positional_maps, relative_indices, write_local_init
-from convinit.models.hf_layout import hf_grid, hf_layers, hf_vit_backbone
+from convinit.models.hf_layout import hf_grid, hf_layers, hf_projections, hf_vit_backbone
 from convinit.models.layers import fitted_direction_projector, init_linear, posemb_sincos_2d
 from convinit.models.timm_layout import is_timm_layout, timm_grid
 
@@ -333,21 +333,21 @@ def parts_of(layout: str, host: nn.Module, attribute: str) -> dict[str, Any]:
             "out": attn.proj, "q_norm": attn.q_norm, "k_norm": attn.k_norm,
             "norm": getattr(attn, "norm", nn.Identity()), "proj_drop": attn.proj_drop,
         }  # fmt: skip
-    if hasattr(attn, "q_proj"):  # transformers 5: ViTAttention holds q/k/v/o_proj, returns (out, weights)
-        q, k, v, out = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+    found = hf_projections(host)  # the layer's q/k/v/out Linears in either layout (the init's reading too)
+    linears = {key: found[key] for key in ("q", "k", "v", "out")}
+    if found["module"] is attn:  # transformers 5: ViTAttention holds q/k/v/o_proj, returns (out, weights)
         heads, dim_head = int(attn.config.num_attention_heads), int(attn.head_dim)
-        dropout, scale = float(attn.attention_dropout), float(attn.scaling)
-        return {"layout": "transformers", "heads": heads, "dim_head": dim_head, "scale": scale,
-                "dropout": dropout, "q": q, "k": k, "v": v, "out": out}  # fmt: skip
+        return {"layout": "transformers", "heads": heads, "dim_head": dim_head, "scale": float(attn.scaling),
+                "dropout": float(attn.attention_dropout), **linears}  # fmt: skip
     # transformers 4: ViTAttention.attention (query/key/value) and .output (dense, then dropout)
-    inner, out = attn.attention, attn.output.dense
+    inner = found["module"]
     heads, dim_head = int(inner.num_attention_heads), int(inner.attention_head_size)
     # late 4.x keeps the probability (dropout_prob); early 4.x an nn.Dropout module (dropout)
     dropout = float(inner.dropout_prob if hasattr(inner, "dropout_prob") else inner.dropout.p)
     returns = returns_tuple(attn, inner.query.in_features)
     return {"layout": "transformers", "heads": heads, "dim_head": dim_head, "scale": dim_head**-0.5,
-            "dropout": dropout, "q": inner.query, "k": inner.key, "v": inner.value, "out": out,
-            "out_drop": attn.output.dropout, "returns_tuple": returns}  # fmt: skip
+            "dropout": dropout, **linears, "out_drop": attn.output.dropout,
+            "returns_tuple": returns}  # fmt: skip
 
 
 def returns_tuple(attn: nn.Module, dim: int) -> bool:
