@@ -67,7 +67,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         out = Path(args.out) if args.out is not None else None
         run = train(cfg, run_dir=out, overwrite=args.overwrite, progress=not args.no_progress)
     final = run.metrics[-1]
-    print(f"run {run.run_dir}: epoch {final['epoch']}, test accuracy {final['test_acc']:.2f}%")
+    split = "validation" if run.held_out else "test"  # holdout_per_class: the test set was not read
+    print(f"run {run.run_dir}: epoch {final['epoch']}, {split} accuracy {final['test_acc']:.2f}%")
     return 0
 
 

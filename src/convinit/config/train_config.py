@@ -59,6 +59,10 @@ class TrainConfig:
     train_fraction: float | None = None
     per_class: int | None = None
     subset_order: str = "random"
+    # a validation split for choosing a recipe without the test set: this many images per class held out
+    # of the training images the subset left out (else out of the kept ones), evaluated instead of the
+    # test set, which the run then never reads; null: evaluate on the test set
+    holdout_per_class: int | None = None
     # where batches come from (convinit.data.source): the device-resident copy, or DataLoader
     # workers streaming from disk; auto streams when the decoded set exceeds data_budget_gb
     data_mode: str = "auto"

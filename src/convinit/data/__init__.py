@@ -18,6 +18,7 @@ _EXPORTS = {
     "load_dataset": "convinit.data.datasets",
     "register_dataset": "convinit.data.datasets",
     "DeviceLoader": "convinit.data.device_loader",
+    "holdout_split": "convinit.data.subsets",
     "stratified_subset": "convinit.data.subsets",
 }
 

@@ -39,6 +39,8 @@ class DataRecipe:
     train_fraction: float | None
     per_class: int | None
     subset_order: str
+    # images per class held out of the training pool and evaluated instead of the test set (None: none)
+    holdout_per_class: int | None
     seed: int  # of the subset and of the epoch order
     data_mode: str
     data_budget_gb: float | None

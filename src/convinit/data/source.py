@@ -19,7 +19,14 @@ from typing import Any
 
 import torch
 
-from convinit.data import BatchAugment, DeviceLoader, dataset_info, load_dataset, stratified_subset
+from convinit.data import (
+    BatchAugment,
+    DeviceLoader,
+    dataset_info,
+    holdout_split,
+    load_dataset,
+    stratified_subset,
+)
 from convinit.data.cores import decoding_workers
 from convinit.data.datasets import ImageDataset
 from convinit.data.image_files import GRAYSCALE_MODES, UNREADABLE, open_image, unreadable_image
@@ -64,6 +71,7 @@ class DataSource:
     train_size: int
     init_set: StreamingImages | None = None  # streamed: the training images under the evaluation transform
     crop_pct: float | None = None  # streamed: the evaluation's centre crop (its record says so)
+    evaluated_on: str = "test"  # or "validation": images held out of the training pool (holdout_per_class)
 
     @property
     def num_classes(self) -> int:
@@ -75,7 +83,18 @@ class DataSource:
         names = [str(c) for c in self.classes]
         shown = ", ".join(names if len(names) <= 6 else [*names[:3], "...", *names[-2:]])
         test = self.test.labels if isinstance(self.test, DeviceLoader) else self.test.dataset
-        return f"{len(names)} classes ({shown}), {self.train_size} training / {len(test)} test images"
+        split = f"{len(test)} {self.evaluated_on} images"
+        counts = f"{len(names)} classes ({shown}), {self.train_size} training / {split}"
+        if self.evaluated_on == "validation":
+            counts += " (held out of the training images; the test set is not read)"
+        return counts
+
+    def fit_loader(self, batch_size: int) -> DeviceLoader | None:
+        """The training images in file order, unaugmented: whether a run fits its training set is read on
+        them at its end (a streamed set, whose images are decoded per batch, has none)."""
+        if not isinstance(self.train, DeviceLoader):
+            return None
+        return DeviceLoader(self.train.images, self.train.labels, batch_size, self.train.images.device)
 
     def init_batch(self, count: int = INIT_BATCH, extra: int = 0) -> torch.Tensor:
         """`count` training images spread evenly over the training set, then `extra` others spread evenly
@@ -191,8 +210,16 @@ def build_data(recipe: DataRecipe, device: torch.device, rank: int = 0, world_si
     keep = stratified_subset(
         dataset.train_labels, recipe.train_fraction, recipe.per_class, recipe.seed, recipe.subset_order
     )
+    held_out = None
+    if recipe.holdout_per_class is not None:
+        keep, held_out = holdout_split(dataset.train_labels, keep, recipe.holdout_per_class, recipe.seed)
     if mode is None:
         mode, reason = decoded_set_mode(recipe, device, dataset, keep)
+    if mode == "stream" and held_out is not None:
+        raise ConfigError(
+            "holdout_per_class needs the data held in memory (data_mode=device), not streamed; "
+            "set data_mode=device or drop holdout_per_class"
+        )
     img_size = recipe.img_size or dataset.img_size
     common = dict(
         classes=dataset.classes,
@@ -217,10 +244,15 @@ def build_data(recipe: DataRecipe, device: torch.device, rank: int = 0, world_si
         repeats=recipe.repeated_aug,
     )
     shard = dict(rank=rank, world_size=world_size)  # under DDP each rank evaluates its shard of the test set
-    test = DeviceLoader(dataset.test_images, dataset.test_labels, recipe.eval_batch_size, device, **shard)
+    if held_out is None:
+        evaluated = dataset.test_images, dataset.test_labels
+    else:  # the validation split stands where the test set stood; the test set is never read
+        evaluated = dataset.train_images[held_out], dataset.train_labels[held_out]
+    test = DeviceLoader(*evaluated, recipe.eval_batch_size, device, **shard)
     augment = device_augmentation(recipe.augment, dataset.mean, dataset.std, pair(img_size)).to(device)
     eval_transform = BatchAugment(dataset.mean, dataset.std, pair(img_size)).to(device)
-    return DataSource("device", reason, train, test, augment, eval_transform, **common)
+    split = "test" if held_out is None else "validation"
+    return DataSource("device", reason, train, test, augment, eval_transform, **common, evaluated_on=split)
 
 
 def decoded_set_mode(
@@ -362,6 +394,11 @@ def streamed_folder(
     device: torch.device,
 ) -> DataSource:
     """A class-per-folder dataset streamed from disk, images at their own size until the crop."""
+    if recipe.holdout_per_class is not None:
+        raise ConfigError(
+            "holdout_per_class needs the data held in memory (data_mode=device), not streamed; "
+            "set data_mode=device or drop holdout_per_class"
+        )
     labels = torch.tensor(files.train_labels)
     keep = stratified_subset(
         labels, recipe.train_fraction, recipe.per_class, recipe.seed, recipe.subset_order

@@ -55,3 +55,38 @@ def stratified_subset(
             count = max(1, math.floor(fraction * len(members)))
         kept.append(members[:count])
     return torch.cat(kept).sort().values
+
+
+# the validation draw's own stream: the same run seed draws its training subset and its held-out images
+# from different permutations, so a validation run trains on exactly the images its test twin trains on
+HOLDOUT_STREAM = 7919
+
+
+def holdout_split(
+    labels: torch.Tensor, keep: torch.Tensor, per_class: int, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training indices, validation indices): `per_class` images of each class held out for choosing a
+    recipe without reading the test set. They come from the training images the subset left out, so the
+    training set is the one the run trains on without a hold-out; a class that has too few of those (no
+    subset: the whole training set is kept) gives them from its kept images, which the training set loses.
+    """
+    if not (is_number(per_class, numbers.Integral) and per_class >= 1):
+        raise ConfigError(f"holdout_per_class must be a positive integer, got {per_class!r}")
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + HOLDOUT_STREAM)
+    kept_mask = torch.zeros(len(labels), dtype=torch.bool)
+    kept_mask[keep] = True
+    held = []
+    for label in labels.unique(sorted=True).tolist():
+        of_class = labels == label
+        pool = (of_class & ~kept_mask).nonzero().flatten()
+        if len(pool) < per_class:  # the kept images are the only pool left
+            pool = (of_class & kept_mask).nonzero().flatten()
+            if len(pool) <= per_class:
+                raise ConfigError(
+                    f"holdout_per_class={per_class} but class {label} has only {len(pool)} training images "
+                    f"to hold out from and train on; lower holdout_per_class"
+                )
+        held.append(pool[torch.randperm(len(pool), generator=generator)[:per_class]])
+    validation = torch.cat(held).sort().values
+    kept_mask[validation] = False
+    return kept_mask.nonzero().flatten(), validation

@@ -69,7 +69,13 @@ def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -
     data, plan = run.data, run.plan
     with denormals_flushed(plan.device.type == "cpu" and plan.cfg.flush_denormal):  # as the run trained
         loss, acc = evaluate(run.model, data.test, data.eval_transform, plan.dtype, plan.layout)
-    return {"checkpoint": str(run.checkpoint), "test_loss": loss, "test_acc": acc, "epoch": run.epoch}
+    return {
+        "checkpoint": str(run.checkpoint),
+        "test_loss": loss,
+        "test_acc": acc,
+        "epoch": run.epoch,
+        "split": data.evaluated_on,  # validation: the run holds out part of its training images
+    }
 
 
 def evaluation_line(result: dict[str, float | str], ema: bool = False) -> str:
@@ -77,4 +83,5 @@ def evaluation_line(result: dict[str, float | str], ema: bool = False) -> str:
     weights = " EMA weights" if ema else ""
     accuracy, loss = f"{result['test_acc']:.2f}%", f"{result['test_loss']:.4g}"
     where = f"{result['checkpoint']}{weights} (epoch {result['epoch']})"
-    return f"{where}: test accuracy {accuracy}, test loss {loss}"
+    split = result.get("split", "test")
+    return f"{where}: {split} accuracy {accuracy}, {split} loss {loss}"

@@ -55,6 +55,7 @@ class TrainingRun:
     run_dir: Path
     model: nn.Module
     metrics: list[dict[str, Any]]
+    held_out: bool = False  # evaluated on a validation split of the training images, not the test set
 
 
 def new_run_dir(cfg: TrainConfig, out_dir: str | Path = "runs") -> Path:
@@ -156,7 +157,8 @@ def train_owned(
     rows = run.log.rows()
     if ddp.is_main:
         atomic_write_text(run.run_dir / "finished.json", json.dumps(rows[-1], indent=1))
-    return TrainingRun(run_dir=run.run_dir, model=run.model, metrics=rows)
+    held_out = run.data.evaluated_on == "validation"
+    return TrainingRun(run_dir=run.run_dir, model=run.model, metrics=rows, held_out=held_out)
 
 
 def data_line(run: Run) -> str:
@@ -168,7 +170,8 @@ def data_line(run: Run) -> str:
     loaders = (data.train, data.test)
     images = sum(len(loader.labels) for loader in loaders)
     size = sum(loader.images.numel() * loader.images.element_size() for loader in loaders) / 2**30
-    counts = f"{images:,} images ({data.train_size:,} training, {images - data.train_size:,} test)"
+    evaluated = f"{images - data.train_size:,} {data.evaluated_on}"
+    counts = f"{images:,} images ({data.train_size:,} training, {evaluated})"
     if run.device.type == "cpu":
         return f"data: {counts} held in memory ({size:.2f} GiB), decoded once"
     return f"data: {counts} held on {run.device} ({size:.2f} GiB; {data.reason})"
@@ -273,6 +276,16 @@ def evaluation_row(run: Run) -> dict[str, float]:
     return {**row, **run_trackers(run.model, run.cfg.track, run.track_images)}
 
 
+def fit_row(run: Run) -> dict[str, float]:
+    """Loss and accuracy on the training images themselves, unaugmented, at the end: whether the run fitted
+    its training set (the augmented batches' running `train_acc` cannot say; a streamed set gives none)."""
+    loader = run.data.fit_loader(run.cfg.eval_batch_size)
+    if loader is None or run.ddp.enabled:
+        return {}
+    fitted = evaluate(run.model, loader, run.data.eval_transform, run.parts.dtype, run.parts.layout)
+    return dict(zip(("fit_loss", "fit_acc"), fitted, strict=True))
+
+
 def end_epoch(run: Run, epoch: int, stop: dict[str, int | None]) -> None:
     """Metrics row, evaluation when due, checkpoint; a signal received during the epoch stops here."""
     cfg, totals = run.cfg, check_nonfinite(run, run.state.totals.read())
@@ -294,6 +307,8 @@ def end_epoch(run: Run, epoch: int, stop: dict[str, int | None]) -> None:
     }
     if epoch + 1 == cfg.epochs or (cfg.eval_every and (epoch + 1) % cfg.eval_every == 0):
         row.update(evaluation_row(run))
+    if epoch + 1 == cfg.epochs:
+        row.update(fit_row(run))
     run.state.totals.new_epoch()
     run.state.epoch, run.state.step, run.state.seconds = epoch + 1, 0, 0.0
     path = None
