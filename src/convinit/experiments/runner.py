@@ -15,6 +15,7 @@ its child process dies) does not stop the others: it is reported as failed, with
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -231,6 +232,40 @@ def run_in_process(todo: list[Path], progress: bool, stop: GridStop) -> dict[str
     return outcome
 
 
+def bind_teacher(spec: RunSpec, out: Path) -> RunSpec:
+    """A row's `teacher` may name another run of its grid: `{grid}` is the grid's folder and `{seed}` the
+    run's seed (`teacher: "{grid}/convmixer-cnn/seed{seed}"`: each seed's student learns from the CNN of
+    the same seed, the pairing DeiT compared against)."""
+    teacher = spec.config.teacher
+    if teacher is None or "{" not in teacher:
+        return spec
+    try:
+        bound = teacher.format(grid=out, seed=spec.seed)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(
+            f"row {spec.label!r}: teacher {teacher!r} may name only {{grid}} and {{seed}} ({exc})"
+        ) from None
+    return dataclasses.replace(spec, config=dataclasses.replace(spec.config, teacher=bound))
+
+
+def waits_for_teacher(run_dir: Path, todo: list[Path]) -> bool:
+    """Whether `run_dir` learns from a run of this grid that has still to run: it starts after them."""
+    teacher = load_config(run_dir / "config.yaml").teacher
+    return teacher is not None and any(Path(teacher).resolve() == other.resolve() for other in todo)
+
+
+def unfinished_teacher(run_dir: Path, out: Path, outcome: dict[str, str]) -> bool:
+    """A run whose teacher is a run of this grid that has not finished (it failed, or was stopped) is not
+    started: it would learn from a half-trained teacher. It is recorded as failed, to be tried again."""
+    teacher = load_config(run_dir / "config.yaml").teacher
+    if teacher is None or not Path(teacher).resolve().is_relative_to(Path(out).resolve()):
+        return False
+    if run_state(Path(teacher)) == "finished":
+        return False
+    outcome[str(run_dir)] = record_failure(run_dir, f"its teacher {teacher} has not finished; rerun the grid")
+    return True
+
+
 def run_grid(
     runs: Iterable[RunSpec],
     out: Path,
@@ -244,7 +279,7 @@ def run_grid(
     What was done: trained, resumed from <checkpoint>, skipped (finished before), failed: <reason>,
     or submitted <job id>. `out` is held (see `convinit.runs.ownership`) while the grid runs.
     """
-    runs = list(runs)
+    runs = [bind_teacher(spec, Path(out)) for spec in runs]
     check_distinct(runs)
     with own_run_dir(Path(out)):
         check_unchanged(runs, out)
@@ -268,11 +303,15 @@ def run_grid(
                 outcome[run_dir] = f"submitted {job.job_id}"
             return outcome
         stop = GridStop()
+        students = [run_dir for run_dir in todo if waits_for_teacher(run_dir, todo)]
+        waves = [[run_dir for run_dir in todo if run_dir not in students], students]  # teachers first
         with stop.handling_signals():
-            if jobs > 1:
-                outcome.update(run_in_subprocesses(todo, jobs, stop))
-            else:
-                outcome.update(run_in_process(todo, progress, stop))
+            for wave in waves:
+                wave = [run_dir for run_dir in wave if not unfinished_teacher(run_dir, out, outcome)]
+                if jobs > 1:
+                    outcome.update(run_in_subprocesses(wave, jobs, stop))
+                else:
+                    outcome.update(run_in_process(wave, progress, stop))
         if stop.signum is not None:
             raise stop.stopped(outcome, stop.signum)
         return outcome
