@@ -90,7 +90,7 @@ def init_rows(groups: Iterable[tuple[str, list[Path]]]) -> list[dict[str, Any]]:
             {
                 "method": label,
                 "init": init_name(reports[0]),
-                "qk_input": real[0].get("qk_input") if real else None,
+                "qk_input": real[0].get("qk_input") if real else none_left(reports[0]),
                 "target_mass": mean("mean_mass"),
                 "argmax_agreement": mean("mean_argmax_agreement"),
                 "entropy": mean("mean_entropy"),
@@ -99,6 +99,12 @@ def init_rows(groups: Iterable[tuple[str, list[Path]]]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def none_left(report: dict[str, Any]) -> str | None:
+    """The Q/K input cell of a run whose init found no attention layer to fit or measure (a ViT that is
+    GPSA in every block: `no_attention_left` in its report), so that its empty figures say why."""
+    return "none: no attention layer left" if report.get("no_attention_left") else None
 
 
 @torch.no_grad()

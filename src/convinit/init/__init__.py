@@ -5,6 +5,12 @@
 `convinit.init.schemes` (impulse, mimetic, random: the model's own default init; scaled-position:
 impulse's position step alone) that registers itself with `register_scheme`; the registry finds them
 all on its first lookup.
+
+On a model with no plain attention layer left (a ViT converted to GPSA in every block,
+`attention_sites.no_attention_left`) each scheme does what is honest (docs/method.md §9): `impulse` and
+`mimetic`, which act on attention layers only, are refused in one line before any work
+(`check_scheme_applies`); `random` and `scaled-position` run, and their report says in
+`no_attention_left` that no attention layer was left to fit or measure (no `real_pass` figures).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
+from convinit.init.attention_sites import check_scheme_applies, no_attention_left
 from convinit.init.inputs import (
     ModelSnapshot,
     check_finite_report,
@@ -41,7 +48,8 @@ def initialize(
     The fit uses torch's intra-op threads (`torch.get_num_threads()`) and starts no others.
 
     Checked first, each refused in one line (ConfigError): an option the scheme does not take, of the
-    wrong type or out of its range; images that are not a floating-point (B, C, H, W) tensor of the
+    wrong type or out of its range; a scheme that acts on attention layers only, on a model with none
+    left (`check_scheme_applies`); images that are not a floating-point (B, C, H, W) tensor of the
     model's channels and size, or hold NaN, inf or huge values; a model without parameters or holding
     NaN/inf weights. All or nothing: if the scheme fails, writes a NaN or inf weight or reports a NaN or
     inf figure, every parameter and buffer of the model is put back as it was and a ConfigError raised.
@@ -50,6 +58,7 @@ def initialize(
     fn = SCHEMES.get(scheme)
     if not isinstance(model, nn.Module):
         raise ConfigError(f"initialize takes a torch.nn.Module, got {type(model).__name__}")
+    check_scheme_applies(model, scheme)
     if next(model.parameters(), None) is None:
         raise ConfigError(f"the {type(model).__name__} given to initialize has no parameters to initialise")
     check_weights(model)
@@ -84,7 +93,12 @@ def complete_report(
     the images themselves, the real-pass figures; a NaN or inf figure in it is a failure."""
     report["scheme"] = scheme
     report["seconds"] = time.perf_counter() - start
-    if images is not None and "real_pass" not in report:
+    reason = no_attention_left(model)
+    if reason is not None:  # the schemes that run on such a model (random, scaled-position) say so
+        report["no_attention_left"] = (
+            f"{reason}: {scheme} init fitted and measured none (no real-pass figures)"
+        )
+    elif images is not None and "real_pass" not in report:
         real = untargeted_real_pass(model, images)
         if real is not None:
             report["real_pass"] = real
@@ -92,4 +106,4 @@ def complete_report(
     return report
 
 
-__all__ = ["InitSpec", "init_spec", "initialize", "list_schemes", "register_scheme"]
+__all__ = ["InitSpec", "check_scheme_applies", "init_spec", "initialize", "list_schemes", "register_scheme"]

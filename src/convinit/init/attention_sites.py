@@ -17,7 +17,8 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.models.convert import PortedAttention
+from convinit.init.registry import SCHEMES
+from convinit.models.convert import PortedAttention, converted_layers
 from convinit.models.filters import Grid
 from convinit.models.hf_layout import hf_grid, hf_heads, hf_layers, hf_projections, hf_vit_backbone
 from convinit.models.layers import posemb_sincos_2d
@@ -292,11 +293,15 @@ def hf_slots(backbone: nn.Module) -> list[AttentionSlot]:
 
 
 def attention_slots(model: nn.Module, scheme: str) -> list[AttentionSlot]:
-    """The model's attention layers as `AttentionSlot`s, or a ConfigError naming the supported models."""
+    """The model's attention layers as `AttentionSlot`s, or a ConfigError naming the supported models.
+
+    A converted model's GPSA layers are no slots (`ported_slot`): on a ViT converted to GPSA in every
+    block the list is empty (`no_attention_left`), and each scheme says what it does then (its
+    `register_scheme(..., needs_attention=...)`)."""
     if isinstance(model, SimpleViT):
         return simplevit_slots(model)
     if (backbone := hf_vit_backbone(model)) is not None:
-        return every_layer_gpsa(hf_slots(backbone), model, scheme)
+        return hf_slots(backbone)
     if is_timm_layout(model):
         if scheme in ("impulse", "measure") and getattr(model, "rope", None) is not None:
             # e.g. timm's EVA-02: q and k are rotated by position inside attention, so the logits are
@@ -306,18 +311,38 @@ def attention_slots(model: nn.Module, scheme: str) -> list[AttentionSlot]:
                 f"(RoPE rotates q and k inside attention, outside the fit); it supports {SUPPORTED} "
                 f"(mimetic init works on this model)"
             )
-        return every_layer_gpsa(timm_slots(model), model, scheme)
+        return timm_slots(model)
     raise ConfigError(f"{scheme} init does not support {type(model).__name__}; it supports {SUPPORTED}")
 
 
-def every_layer_gpsa(slots: list[AttentionSlot], model: nn.Module, scheme: str) -> list[AttentionSlot]:
-    """The slots; a ConfigError for an init scheme on a model whose every layer was converted to GPSA."""
-    if not slots and scheme != "measure":
+def no_attention_left(model: nn.Module) -> str | None:
+    """Why `model` has no attention layer an init scheme can write into or measure, in words, or None when
+    it has one. So far one reason: a ViT converted to GPSA in every block (ConViT's ablation; `convert`
+    with layers equal to the depth, or its default on a depth-2 ViT), whose layers keep ConViT's local init
+    (`ported_slot`). Reads the layers' modes only, so it answers on a model built on the meta device too
+    (validation, before any work)."""
+    layers = converted_layers(model)
+    if not layers or any(layer.mode != "gpsa" for layer in layers):
+        return None
+    blocks = f"{len(layers)} of {len(layers)} block{'s' if len(layers) > 1 else ''}"
+    return (
+        f"every attention layer of this model was converted to GPSA (convert=gpsa, {blocks}; ConViT's local "
+        f"init set them), so no plain attention layer is left"
+    )
+
+
+def check_scheme_applies(model: nn.Module, scheme: str) -> None:
+    """A one-line ConfigError when `scheme` acts on attention layers only (`register_scheme`'s
+    `needs_attention`) and `model` has none left (`no_attention_left`): it would be `random` under another
+    name. Reads no weight, so validation runs it on the model built on the meta device, before the run
+    folder exists; `initialize` runs it first, and so do those schemes themselves (a direct call)."""
+    reason = no_attention_left(model) if SCHEMES.get(scheme).needs_attention else None
+    if reason is not None:
         raise ConfigError(
-            f"every attention layer of this model was converted to GPSA ({model.conversion}): none is left "
-            f"for {scheme} init to act on; convert fewer layers (convert_args.layers) or use init=random"
+            f"{scheme} init acts on attention layers, but {reason} for it to act on (it would be init=random "
+            f"under another name); convert fewer blocks (convert_args.layers below the depth) or use "
+            f"init=random (init=scaled-position scales the position table alone)"
         )
-    return slots
 
 
 def write_qk(slot: AttentionSlot, wq: torch.Tensor, wk: torch.Tensor) -> None:

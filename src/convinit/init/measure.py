@@ -175,10 +175,12 @@ def images_for(tokens: int, grid, images: torch.Tensor) -> torch.Tensor:
 def untargeted_real_pass(model: nn.Module, images: torch.Tensor) -> dict[str, Any] | None:
     """Entropy and attention distance on real images for any scheme (no targets), on the first images
     holding MEASURE_TOKENS patch tokens, or None for models whose attention the init schemes do not
-    reach (e.g. ConvMixer)."""
+    reach (e.g. ConvMixer, a ViT converted to GPSA in every block)."""
     try:
         slots = attention_slots(model, "measure")
     except ConfigError:
+        return None
+    if not slots:
         return None
     check_images(images)
     return real_pass_quality(model, slots, images_for(MEASURE_TOKENS, slots[0].grid, images))

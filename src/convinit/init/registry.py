@@ -40,17 +40,26 @@ SCHEMES: Registry[Scheme] = Registry("init scheme", "convinit.init.schemes", unk
 
 
 def register_scheme(
-    name: str, options: type | None = None, check: Callable[[dict[str, Any]], None] | None = None
+    name: str,
+    options: type | None = None,
+    check: Callable[[dict[str, Any]], None] | None = None,
+    needs_attention: bool = False,
 ) -> Callable[[Scheme], Scheme]:
     """Decorator: register `fn(model, **options) -> report` as init scheme `name`. A scheme that takes
     `**options` names the dataclass that parses them (`options`), whose fields are then accepted too and
     whose construction checks their values; a scheme whose options are keyword parameters names the
     function that checks their values (`check`, given the options set). Either runs in `init_spec`,
-    before any model, data or run folder exists; the types the annotations name are checked there too."""
+    before any model, data or run folder exists; the types the annotations name are checked there too.
+
+    `needs_attention`: the scheme acts on plain attention layers only, so on a model that has none left
+    (`convinit.init.attention_sites.no_attention_left`) it would be `random` under another name and is
+    refused (`convinit.init.check_scheme_applies`, before any work); a scheme without it runs there and
+    its report says that no attention layer was left."""
 
     def decorate(fn: Scheme) -> Scheme:
         fn.options_type = options  # type: ignore[attr-defined]
         fn.check_options = check  # type: ignore[attr-defined]
+        fn.needs_attention = needs_attention  # type: ignore[attr-defined]
         return SCHEMES.add(name, fn)
 
     return decorate

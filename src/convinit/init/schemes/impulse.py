@@ -46,6 +46,7 @@ from convinit.errors import ConfigError
 from convinit.init.attention_sites import (
     AttentionSlot,
     attention_slots,
+    check_scheme_applies,
     position_table,
     qk_parameters,
     rms,
@@ -202,7 +203,7 @@ def table_mode(mode: str, slots: list) -> str:
     return "keep" if projects else "scale"
 
 
-@register_scheme("impulse", options=ImpulseOptions)
+@register_scheme("impulse", options=ImpulseOptions, needs_attention=True)
 def impulse_init(
     model: nn.Module,
     *,
@@ -238,6 +239,7 @@ def impulse_init(
         options = {**options, "learned_pos_embed": "sincos"}
     opts = ImpulseOptions(**options)  # names already checked by `initialize` (init_spec)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    check_scheme_applies(model, "impulse")  # none left: refused, as by `initialize`
     slots = attention_slots(model, "impulse")  # refuses unsupported models before any change
     check_kernel_fits(opts.kernel_size, slots[0].grid, "impulse kernel_size")  # before any offset is listed
     position = None

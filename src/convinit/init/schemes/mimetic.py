@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 
 from convinit.errors import ConfigError
-from convinit.init.attention_sites import AttentionSlot, attention_slots, rms, write_qk
+from convinit.init.attention_sites import AttentionSlot, attention_slots, check_scheme_applies, rms, write_qk
 from convinit.init.measure import MEASURE_TOKENS, check_held_out, images_for, real_pass_quality, split_batch
 from convinit.init.positions import repair_unset
 from convinit.init.registry import register_scheme
@@ -116,7 +116,7 @@ def check_mimetic_options(options: dict[str, Any]) -> None:
         check_held_out(options["held_out"], "mimetic")
 
 
-@register_scheme("mimetic", check=check_mimetic_options)
+@register_scheme("mimetic", check=check_mimetic_options, needs_attention=True)
 def mimetic_init(
     model: nn.Module,
     *,
@@ -140,6 +140,7 @@ def mimetic_init(
     if value_proj is None:  # option values checked by `initialize` (init_spec: check_mimetic_options)
         value_proj = variant == "trockman_kolter"
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    check_scheme_applies(model, "mimetic")  # none left: refused, as by `initialize`
     slots = attention_slots(model, "mimetic")
     repaired = repair_unset(model)  # timm's weight_init="skip" leaves pos_embed and tokens unset
     layers = []
@@ -171,7 +172,9 @@ def real_pass_reports(model: nn.Module, slots: list, images: torch.Tensor, held_
     """`real_pass` and `real_pass_held_out` split and measured as impulse's are, without targets: the
     batch's last `held_out` share is the held-apart part (impulse fits on the rest; a scheme that fits on
     no images measures both parts alike, so that every scheme reports the same figures on the same
-    images)."""
+    images); none for a model with no attention layer left (`initialize` says so in the report)."""
+    if not slots:
+        return {}
     first, held = split_batch(images, held_out, slots[0].grid)
     measured = images_for(MEASURE_TOKENS, slots[0].grid, first)
     reports = {"real_pass": real_pass_quality(model, slots, measured)}
