@@ -16,6 +16,7 @@ import torch.nn as nn
 from convinit.config import TrainConfig, say_notes
 from convinit.data import check_available
 from convinit.errors import ConfigError
+from convinit.init import check_scheme_applies
 from convinit.init.registry import init_spec
 from convinit.models.arguments import check_model_arguments
 from convinit.models.external import is_external
@@ -96,9 +97,11 @@ def check_model(plan: RunPlan) -> None:
         model = plan.model.build()  # a constructor that reads values (no meta build): checked on the CPU
         if plan.cfg.qk_pull:
             pulled_parameters(model)
+        check_scheme_applies(model, plan.init.scheme)
         return
     if plan.cfg.qk_pull:  # a model without Q/K weights to anchor is refused before any data is read
         pulled_parameters(meta_model)
+    check_scheme_applies(meta_model, plan.init.scheme)  # e.g. impulse on a ViT that is GPSA in every block
     check_init_kernel(plan, meta_model)
     shape = plan.shape
     check_fits_in_memory(meta_model, plan.largest_batch, shape.in_chans, shape.img_size, plan.device)
