@@ -42,7 +42,7 @@ def test_each_tile_of_the_grid_has_its_class_name_under_it(tiny_overrides):
 def test_the_preview_draws_on_the_device_from_its_own_seeded_generator_and_restores_the_runs(monkeypatch):
     """On a (pretend) GPU: the device generator's state is saved, seeded from the preview's seed before
     any draw and put back afterwards, so the run's CUDA random stream is as if no preview were drawn."""
-    from tests.gpu_path.fake_cuda import fake_cuda
+    from convinit.speed.fake_cuda import fake_cuda
     from tests.gpu_path.test_training_step import TINY_VIT, device_data, digits_config, read_dataset
 
     log = []

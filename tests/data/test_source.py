@@ -80,8 +80,8 @@ def test_auto_sizes_a_hugging_face_dataset_and_streams_it_when_larger_than_the_b
     from unittest import mock
 
     from convinit.data.datasets import load_dataset
+    from convinit.speed.fake_cuda import CUDA, fake_cuda
     from tests.data.test_hf_reader import digits_split
-    from tests.gpu_path.fake_cuda import CUDA, fake_cuda
 
     datasets = pytest.importorskip("datasets")
     path = tmp_path / "saved"

@@ -11,7 +11,7 @@ import torch
 from convinit.data.augmentation.batch_augment import BatchAugment
 from convinit.data.augmentation.randaugment import BatchRandAugment
 from convinit.data.augmentation.randaugment_torchvision import TorchvisionRandAugment
-from tests.gpu_path.fake_cuda import CUDA, audit, describe, fake_cuda
+from convinit.speed.fake_cuda import CUDA, audit, describe, fake_cuda
 
 MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
 RECIPES = {

@@ -14,9 +14,9 @@ from __future__ import annotations
 from unittest import mock
 
 from convinit.config import resolve_config
+from convinit.speed.fake_cuda import CUDA, DeviceAudit, describe, fake_cuda
 from convinit.speed.stream import fabricate_folder
 from convinit.train import trainer
-from tests.gpu_path.fake_cuda import CUDA, DeviceAudit, describe, fake_cuda
 
 
 def test_convinit_train_on_a_streamed_folder_steps_without_waiting_on_the_fake_gpu(tmp_path):

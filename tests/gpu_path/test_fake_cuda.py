@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu_path.fake_cuda import CUDA, audit, fake_cuda
+from convinit.speed.fake_cuda import CUDA, audit, fake_cuda
 
 
 def kinds_of(work) -> list[str]:

@@ -17,13 +17,13 @@ import torch
 from convinit.config import TrainConfig, resolve_config
 from convinit.data.datasets import ImageDataset, load_dataset
 from convinit.data.source import DataSource, build_data
+from convinit.speed.fake_cuda import CUDA, DeviceAudit, audit, describe, fake_cuda
 from convinit.train.distributed import DistributedContext
 from convinit.train.evaluation import evaluate
 from convinit.train.opening import open_model, source_shape
 from convinit.train.plan import data_recipe, resolve_plan
 from convinit.train.run_builder import step_parts
 from convinit.train.step import StepParts, StepTotals, train_step
-from tests.gpu_path.fake_cuda import CUDA, DeviceAudit, audit, describe, fake_cuda
 
 AUDITED_STEPS = 2
 # small models: shapes cost nothing on fake tensors, but building and initialising real-sized ones does

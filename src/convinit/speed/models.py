@@ -35,15 +35,24 @@ class BenchModel:
         return create_model(self.name, num_classes=NUM_CLASSES, **self.kwargs)
 
 
-def timm_vit(embed_dim: int, depth: int, num_heads: int, mlp_ratio: float) -> Callable[[], nn.Module]:
+def timm_vit(
+    embed_dim: int,
+    depth: int,
+    num_heads: int,
+    mlp_ratio: float,
+    img_size: int = 32,
+    patch_size: int = 2,
+    in_chans: int = 3,
+) -> Callable[[], nn.Module]:
     """timm's VisionTransformer shaped like a SimpleViT: no class token, mean pooling, bias-free Q/K/V."""
 
     def build() -> nn.Module:
         from timm.models.vision_transformer import VisionTransformer
 
         return VisionTransformer(
-            img_size=32,
-            patch_size=2,
+            img_size=img_size,
+            patch_size=patch_size,
+            in_chans=in_chans,
             num_classes=NUM_CLASSES,
             embed_dim=embed_dim,
             depth=depth,
@@ -120,6 +129,7 @@ class StepSetup:
     dtype: torch.dtype | None  # autocast dtype, None for full precision
     compile: bool = False
     channels_last: bool = False
+    input: tuple[int, ...] = INPUT  # (C, H, W) of one image
 
 
 def prepared(model: nn.Module, setup: StepSetup) -> tuple[nn.Module, nn.Module]:
@@ -133,7 +143,7 @@ def prepared(model: nn.Module, setup: StepSetup) -> tuple[nn.Module, nn.Module]:
 
 def random_batch(setup: StepSetup, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
-    images = torch.randn(setup.batch_size, *INPUT, generator=generator).to(setup.device)
+    images = torch.randn(setup.batch_size, *setup.input, generator=generator).to(setup.device)
     if setup.channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, NUM_CLASSES, (setup.batch_size,), generator=generator).to(setup.device)

@@ -1,4 +1,6 @@
-"""CUDA's device rules on a CPU-only machine, and an audit of every host-device transfer.
+"""CUDA's device rules on a CPU-only machine, and an audit of every host-device transfer: what the GPU-path
+test suite (tests/gpu_path/) checks each recipe's step with, and what the users'-regime benchmark
+(`speed.users_vit`) counts device ops and host waits per step with.
 
 `fake_cuda()` enters torch's `FakeTensorMode`: tensors carry shapes, dtypes and a (fake) device but no
 data, so `device="cuda"` works without a GPU and every op checks CUDA's device rules (a CPU tensor beside
