@@ -207,19 +207,11 @@ def build_data(recipe: DataRecipe, device: torch.device, rank: int = 0, world_si
     elif recipe.data_mode == "stream":
         mode, reason = "stream", "data_mode=stream (a reader that decodes the whole set, served per sample)"
     dataset = load_dataset(recipe.dataset, recipe.data_dir, recipe.download, **recipe.options)
-    keep = stratified_subset(
-        dataset.train_labels, recipe.train_fraction, recipe.per_class, recipe.seed, recipe.subset_order
-    )
-    held_out = None
-    if recipe.holdout_per_class is not None:
-        keep, held_out = holdout_split(dataset.train_labels, keep, recipe.holdout_per_class, recipe.seed)
+    keep, held_out = training_split(recipe, dataset.train_labels)
     if mode is None:
         mode, reason = decoded_set_mode(recipe, device, dataset, keep)
     if mode == "stream" and held_out is not None:
-        raise ConfigError(
-            "holdout_per_class needs the data held in memory (data_mode=device), not streamed; "
-            "set data_mode=device or drop holdout_per_class"
-        )
+        raise ConfigError(STREAMED_HOLDOUT)
     img_size = recipe.img_size or dataset.img_size
     common = dict(
         classes=dataset.classes,
@@ -244,15 +236,37 @@ def build_data(recipe: DataRecipe, device: torch.device, rank: int = 0, world_si
         repeats=recipe.repeated_aug,
     )
     shard = dict(rank=rank, world_size=world_size)  # under DDP each rank evaluates its shard of the test set
-    if held_out is None:
-        evaluated = dataset.test_images, dataset.test_labels
-    else:  # the validation split stands where the test set stood; the test set is never read
-        evaluated = dataset.train_images[held_out], dataset.train_labels[held_out]
+    split, *evaluated = evaluation_images(dataset, held_out)
     test = DeviceLoader(*evaluated, recipe.eval_batch_size, device, **shard)
     augment = device_augmentation(recipe.augment, dataset.mean, dataset.std, pair(img_size)).to(device)
     eval_transform = BatchAugment(dataset.mean, dataset.std, pair(img_size)).to(device)
-    split = "test" if held_out is None else "validation"
     return DataSource("device", reason, train, test, augment, eval_transform, **common, evaluated_on=split)
+
+
+STREAMED_HOLDOUT = (
+    "holdout_per_class needs the data held in memory (data_mode=device), not streamed; "
+    "set data_mode=device or drop holdout_per_class"
+)
+
+
+def training_split(recipe: DataRecipe, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the training images kept, the validation images held out of the training set or None)."""
+    keep = stratified_subset(
+        labels, recipe.train_fraction, recipe.per_class, recipe.seed, recipe.subset_order
+    )
+    if recipe.holdout_per_class is None:
+        return keep, None
+    return holdout_split(labels, keep, recipe.holdout_per_class, recipe.seed)
+
+
+def evaluation_images(
+    dataset: ImageDataset, held_out: torch.Tensor | None
+) -> tuple[str, torch.Tensor, torch.Tensor]:
+    """What a run evaluates on: the test set, or its validation split, which then stands where the test set
+    stood (the test set is never read)."""
+    if held_out is None:
+        return "test", dataset.test_images, dataset.test_labels
+    return "validation", dataset.train_images[held_out], dataset.train_labels[held_out]
 
 
 def decoded_set_mode(
@@ -395,10 +409,7 @@ def streamed_folder(
 ) -> DataSource:
     """A class-per-folder dataset streamed from disk, images at their own size until the crop."""
     if recipe.holdout_per_class is not None:
-        raise ConfigError(
-            "holdout_per_class needs the data held in memory (data_mode=device), not streamed; "
-            "set data_mode=device or drop holdout_per_class"
-        )
+        raise ConfigError(STREAMED_HOLDOUT)
     labels = torch.tensor(files.train_labels)
     keep = stratified_subset(
         labels, recipe.train_fraction, recipe.per_class, recipe.seed, recipe.subset_order

@@ -235,9 +235,8 @@ def impulse_init(
     Reports per layer and head: offset, logit gap, and on the pseudo-input: target mass, argmax
     agreement, MSE against T; per layer the Q/K weight scale (rms / rms of the default init).
     """
-    if sincos_pos_embed:
-        options = {**options, "learned_pos_embed": "sincos"}
-    opts = ImpulseOptions(**options)  # names already checked by `initialize` (init_spec)
+    sincos = {"learned_pos_embed": "sincos"} if sincos_pos_embed else {}
+    opts = ImpulseOptions(**{**options, **sincos})  # names already checked by `initialize` (init_spec)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     check_scheme_applies(model, "impulse")  # none left: refused, as by `initialize`
     slots = attention_slots(model, "impulse")  # refuses unsupported models before any change
