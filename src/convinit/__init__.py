@@ -1,7 +1,7 @@
 """convinit: Vision Transformers with a convolutional inductive bias, for small datasets.
 
-Public API: `create_model`, `list_models`, `initialize`, `convert`, `from_pretrained`, `save_pretrained`,
-`list_datasets`, `load_dataset`, `record_attention`. Each is imported on first use, so that
+Public API: `create_model`, `list_models`, `initialize`, `convert`, `recommend`, `from_pretrained`,
+`save_pretrained`, `list_datasets`, `load_dataset`, `record_attention`. Each is imported on first use, so that
 `import convinit` (and `convinit --help`, `models`, `configs`, `datasets`) does not import torch.
 """
 
@@ -27,6 +27,7 @@ _EXPORTS = {
     "record_attention": "convinit.models.layers",
     "initialize": "convinit.init",
     "convert": "convinit.models.convert",
+    "recommend": "convinit.train.recommendation",
     "from_pretrained": "convinit.models.pretrained",
     "save_pretrained": "convinit.models.pretrained",
     "list_datasets": "convinit.data.datasets",

@@ -1,5 +1,6 @@
 """The training configuration: its schema and checks (`train_config`), and the rules that adapt a
-preset's values to what the user changed (`adaptation`). The public names are re-exported here."""
+preset's values to what the user changed (`adaptation`), and the recipe a user's own ViT gets unless
+they chose one (`recommendation`). The public names are re-exported here."""
 
 from convinit.config.train_config import (
     CHOICES,
@@ -17,6 +18,8 @@ from convinit.config.train_config import (
     resolve_config,
     save_config,
     say_notes,
+    say_once,
+    unsay,
 )
 
 __all__ = [
@@ -35,4 +38,6 @@ __all__ = [
     "resolve_config",
     "save_config",
     "say_notes",
+    "say_once",
+    "unsay",
 ]

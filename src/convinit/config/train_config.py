@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from convinit.config.adaptation import adapt_preset_defaults
+from convinit.config.recommendation import apply_recommendation
 from convinit.errors import ConfigError
 from convinit.naming.did_you_mean import suggestion
 from convinit.system.atomic import atomic_write_text
@@ -35,6 +36,7 @@ CHOICES = {
     "randaugment_policy": ("timm", "torchvision"),
     "data_mode": ("auto", "device", "stream"),
     "compile_mode": ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+    "recommended": ("auto", "none", "applied"),
 }
 
 
@@ -51,6 +53,10 @@ class TrainConfig:
     # (ConViT's gated positional attention) or blend (paper 1's Q/K blend); null: the model as it is
     convert: str | None = None
     convert_args: dict[str, Any] = field(default_factory=dict)
+    # a timm or transformers ViT trained from scratch whose convert and init nobody set gets the recipe
+    # docs/results.md finds best for a user's ViT (convinit.config.recommendation): auto; none: the
+    # model as it is; applied: what a run's saved config says when it got the recipe's keys
+    recommended: str = "auto"
     # data
     dataset: str = "digits"
     data_dir: str | None = None
@@ -483,6 +489,16 @@ def say_once(message: str) -> None:
         _PENDING.append(message)
 
 
+def unsay(message: str) -> bool:
+    """Withdraw a kept note not yet printed (the plan says the recommended recipe's outcome once the
+    model is known); whether it was kept."""
+    _SAID.discard(message)
+    if message not in _PENDING:
+        return False
+    _PENDING.remove(message)
+    return True
+
+
 def say_notes() -> None:
     """Print the notes kept so far on stderr, once the config is known to be usable (validation passed,
     or the command succeeded); `convinit.train.validate` and the grid runner call it."""
@@ -508,6 +524,7 @@ def resolve_config(
             "method docs/results.md shows best at a few hundred images; init=random or --config default "
             "for the baseline"
         )
+    named = preset
     preset = preset or default_preset(extra)
     values = load_preset(preset)
     model = extra.get("model")
@@ -516,7 +533,10 @@ def resolve_config(
         # starts from its own defaults, with the user's model_args on top
         say_once(model_args_note(model, preset, values, extra.get("model_args")))
         values = {key: value for key, value in values.items() if key != "model_args"}
-    return build_config(merge(values, extra), set(extra), preset)
+    # a preset named with --config chose its method; the implicit one (own_data) chose it for its own model
+    chosen = set(extra) | (set(values) if named is not None else set())
+    values = apply_recommendation(merge(values, extra), chosen, say_once)
+    return build_config(values, set(extra), preset)
 
 
 OWN_DATA = ("folder", "hf")  # datasets that are a user's own images

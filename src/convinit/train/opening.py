@@ -148,7 +148,9 @@ def open_run(
     record = read_data_record(run_dir)
     if record is None:  # a run written before the record existed
         record = data_record(source if source is not None else open_data(plan))
-    model = open_model(plan, record_shape(record) if source is None else source_shape(source))
+    shape = record_shape(record) if source is None else source_shape(source)
+    plan = plan.on_data(shape)  # an unread set's plan, on the shape the run's data has
+    model = open_model(plan, shape)
     opened = OpenedRun(run_dir, plan, record, source, model)
     if at == "init":
         opened.init_images = init_images(source)

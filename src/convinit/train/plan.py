@@ -35,6 +35,7 @@ import torch
 import torch.nn as nn
 
 from convinit.config import TrainConfig
+from convinit.config.recommendation import applied_note, not_applied_note
 from convinit.data.datasets import dataset_info
 from convinit.data.recipe import AugmentRecipe, DataRecipe
 from convinit.errors import ConfigError
@@ -45,6 +46,7 @@ from convinit.models.external import build_model_by_name
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
 from convinit.train.distributed import under_torchrun
 from convinit.train.memory_guard import largest_batch
+from convinit.train.recommendation import recipe_refusal
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,20 @@ class RunPlan:
     largest_batch: int  # the largest batch the training set can form
     data: DataRecipe  # what the data layer takes
     init: InitSpec  # what the init takes
+    # why the recommended recipe (`recommended: applied`) was left out: the model refused it on this data
+    recipe_refused: str | None = None
+
+    def on_data(self, shape: DataShape) -> RunPlan:
+        """The plan for the data as read: this one when the shape was known beforehand (the data must
+        agree with it), else the config planned on the shape the data has, the recommended recipe
+        checked against it (`settled`)."""
+        if self.model is not None:
+            self.model_for(shape)
+            return self
+        cfg, refused = settled(self.cfg, shape)
+        model = ModelSpec(cfg.model, cfg.model_args, shape, conversion_in(cfg))
+        init = InitSpec(cfg.init, dict(cfg.init_args))
+        return replace(self, cfg=cfg, shape=shape, model=model, init=init, recipe_refused=refused)
 
     def model_for(self, shape: DataShape) -> ModelSpec:
         """The model for the data as read: the plan's own when the shape was known beforehand (and the
@@ -176,14 +192,46 @@ def resolve_plan(cfg: TrainConfig, device: torch.device | None = None) -> RunPla
     """The plan of `cfg`, on `device` if given (tools that pick the device themselves), else on the one
     the config names. Resolves, checks nothing beyond the device name: `validate` does the checking."""
     device = training_device(cfg.device) if device is None else device
+    shape = known_shape(cfg)
+    refused = None
+    if shape is not None:
+        cfg, refused = settled(cfg, shape)
     formats = (autocast_dtype(cfg, device), memory_format(cfg))
     parts = dict(data=data_recipe(cfg), init=InitSpec(cfg.init, dict(cfg.init_args)))
-    shape = known_shape(cfg)
     if shape is None:  # an unread set's size is unknown: the batch is as asked
         return RunPlan(cfg, device, *formats, None, None, cfg.batch_size, **parts)
     batch = largest_batch(cfg.batch_size, cfg.dataset, shape.num_classes, cfg.per_class, cfg.train_fraction)
     model = ModelSpec(cfg.model, cfg.model_args, shape, conversion_in(cfg))
-    return RunPlan(cfg, device, *formats, shape, model, batch, **parts)
+    return RunPlan(cfg, device, *formats, shape, model, batch, **parts, recipe_refused=refused)
+
+
+def settled(cfg: TrainConfig, shape: DataShape) -> tuple[TrainConfig, str | None]:
+    """`cfg` as it trains on data of `shape`: a run that got the recommended recipe (`recommended:
+    applied`, convinit.config.recommendation) whose model refuses it trains the model as it is, at random
+    init (`recommended: none`), and the refusal says why; any other run is `cfg` itself.
+
+    Decided on the meta device, before any weight is drawn. A model whose own arguments fail is left to
+    validation's check, which names them."""
+    if cfg.recommended != "applied":
+        return cfg, None
+    try:
+        with torch.device("meta"):
+            plain = ModelSpec(cfg.model, cfg.model_args, shape).construct()
+    except Exception:
+        return cfg, None
+    reason = recipe_refusal(plain, conversion_in(cfg), cfg.init_args.get("kernel_size"))
+    if reason is None:
+        return cfg, None
+    as_it_is = dict(convert=None, convert_args={}, init="random", init_args={}, recommended="none")
+    return replace(cfg, **as_it_is), reason
+
+
+def recipe_note(plan: RunPlan) -> str:
+    """The one line on a run that got the recommended recipe: applied, or not applied and why."""
+    model = plan.cfg.model
+    return (
+        applied_note(model) if plan.recipe_refused is None else not_applied_note(model, plan.recipe_refused)
+    )
 
 
 def conversion_in(cfg: TrainConfig) -> Conversion | None:

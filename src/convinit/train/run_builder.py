@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from convinit.analysis.augmentation_preview import save_augmentation_preview
 from convinit.analysis.init_summary import read_init_report
-from convinit.config import TrainConfig, save_config
+from convinit.config import TrainConfig, save_config, say_notes, say_once
 from convinit.data import MixupCutmix
 from convinit.data.source import DataSource
 from convinit.errors import ConfigError
@@ -38,7 +38,7 @@ from convinit.train.distributed import DistributedContext, barrier
 from convinit.train.loggers import Trackers
 from convinit.train.opening import begin, init_images, initialize_model, open_data, open_model, source_shape
 from convinit.train.optim import build_optimizer, build_scheduler
-from convinit.train.plan import RunPlan
+from convinit.train.plan import DataShape, RunPlan, recipe_note
 from convinit.train.run_state import TrainState
 from convinit.train.step import DeviceEMA, StepParts, StepTotals
 from convinit.train.teacher import load_teacher
@@ -138,6 +138,18 @@ def prepare_model(plan: RunPlan, data: DataSource, run_dir: Path, fresh: bool, i
     return model
 
 
+def settled_on_data(plan: RunPlan, shape: DataShape, run_dir: Path, resume: bool, is_main: bool) -> RunPlan:
+    """`plan` on the data's shape; a new run that got the recommended recipe says in one line whether its
+    model took it, and one that refused it saves the config it trains (`recommended: none`)."""
+    planned = plan.on_data(shape)
+    if not resume and is_main and plan.cfg.recommended == "applied":
+        say_once(recipe_note(planned))
+        say_notes()
+        if planned.cfg is not plan.cfg:
+            save_config(planned.cfg, run_dir / "config.yaml")
+    return planned
+
+
 def compile_mode(cfg: TrainConfig, device: torch.device, distributed: bool = False) -> str:
     """`compile_mode=auto`: on one GPU, `reduce-overhead`: CUDA graphs replay the forward and backward
     (the step reads nothing back, so nothing stops a replay) without max-autotune's minutes of kernel
@@ -187,6 +199,9 @@ def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: 
     barrier(ddp)
     threads = begin(plan, run_dir, resume, ddp.rank)
     data = open_data(plan, ddp.rank, ddp.world_size)
+    if plan.shape is None:  # an unread set: the model is planned on the shape read, the recipe checked on it
+        plan = settled_on_data(plan, source_shape(data), run_dir, resume, ddp.is_main)
+        cfg = plan.cfg
     workers = getattr(data.train, "num_workers", 0)  # streamed: decoding processes share the cores
     if workers:
         threads = set_run_threads(cfg.threads, run_dir, resume, workers, ddp.rank)

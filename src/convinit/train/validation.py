@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from convinit.config import TrainConfig, say_notes
+from convinit.config import TrainConfig, say_notes, say_once, unsay
+from convinit.config.recommendation import applied_note
 from convinit.data import check_available
 from convinit.errors import ConfigError
 from convinit.init import check_scheme_applies
@@ -26,13 +27,16 @@ from convinit.system.torchvision_pair import check_pair
 from convinit.train.loggers import check_loggers
 from convinit.train.memory_guard import check_data_fits, check_fits_in_memory, check_model_args_bounded
 from convinit.train.optim import pulled_parameters
-from convinit.train.plan import RunPlan, resolve_plan
+from convinit.train.plan import RunPlan, recipe_note, resolve_plan
 
 
 def validate(cfg: TrainConfig) -> RunPlan:
     """Every check that can run before any data is read or any step taken (one-line errors); returns the
     plan the run is built from."""
     plan = resolve_plan(cfg)  # first: a device that is not there is the first thing to say
+    if cfg.recommended == "applied" and unsay(applied_note(cfg.model)):  # a fresh run resolved the recipe
+        if plan.shape is not None:  # else the builder says it, once the data's shape tells
+            say_once(recipe_note(plan))
     check_pair(torchvision_use(cfg))  # a torchvision built for another torch, named with its fix
     init_spec(plan.init.scheme, plan.init.options)  # an unknown scheme or option, before any folder exists
     if cfg.teacher is not None:
