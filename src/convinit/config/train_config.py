@@ -50,7 +50,8 @@ class TrainConfig:
     init: str = "random"
     init_args: dict[str, Any] = field(default_factory=dict)
     # both papers' architectures put into a timm or transformers ViT (convinit.models.convert): gpsa
-    # (ConViT's gated positional attention) or blend (paper 1's Q/K blend); null: the model as it is
+    # (ConViT's gated positional attention), blend (paper 1's Q/K blend) or gpsa+blend (GPSA in the first
+    # blocks, the blend in the rest); null: the model as it is
     convert: str | None = None
     convert_args: dict[str, Any] = field(default_factory=dict)
     # a timm or transformers ViT trained from scratch whose convert and init nobody set gets the recipe

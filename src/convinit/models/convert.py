@@ -15,6 +15,10 @@ names), records maps like convinit's layers, and in the converted blocks carries
   position table stays in the residual stream (impulse init scales it, as on the unconverted model), so a
   converted row differs from its unconverted twin by the blend alone. `content_projection=True` is the
   remedy of docs/method.md §8 (content enters Q/K only through directions it learns).
+- "gpsa+blend": both in one model: GPSA in the first `layers` blocks (ConViT's share by default) and the
+  blend, with its options, in every block after them, where ConViT keeps plain content attention. ConViT
+  makes its early blocks local by architecture; the blend gives the blocks that stay attention a
+  convolutional start that impulse init can fit (docs/method.md §9). On one block it is GPSA alone.
 
 Prefix tokens (class, distillation, registers) come first in a timm or transformers ViT and a converted
 model cannot move them (ConViT adds its class token after its GPSA blocks). So: a prefix token's query row
@@ -42,7 +46,7 @@ from convinit.models.hf_layout import hf_grid, hf_layers, hf_projections, hf_vit
 from convinit.models.layers import fitted_direction_projector, init_linear, posemb_sincos_2d
 from convinit.models.timm_layout import is_timm_layout, timm_grid
 
-KINDS = ("gpsa", "blend")
+KINDS = ("gpsa", "blend", "gpsa+blend")
 CONVIT_GPSA_SHARE = 10 / 12  # ConViT-Ti/S/B: 10 GPSA blocks of 12 (local_up_to_layer)
 SUPPORTED = (
     "timm VisionTransformer (vit_*, deit_*, deit3_*, distilled, register tokens, qk_norm) and transformers "
@@ -55,7 +59,9 @@ class Conversion:
     """What `convert` does, as config.json and the training key `convert_args.*` state it."""
 
     kind: str
-    layers: int | None = None  # converted blocks, from the first; None: gpsa ConViT's share, blend all
+    # converted blocks, from the first (gpsa+blend: its GPSA blocks, the blend in the rest); None: gpsa
+    # ConViT's share, blend all
+    layers: int | None = None
     locality_strength: float = 1.0  # gpsa: ConViT's alpha, the sharpness of the local init
     local_init: bool = True  # gpsa: ConViT's local init (else pos_proj and V keep a random init)
     alpha: float = 0.5  # blend: the content's weight in the Q/K input (0.5 Model I, 0 Model II)
@@ -69,6 +75,7 @@ class Conversion:
 OPTIONS = {
     "gpsa": ("layers", "locality_strength", "local_init"),
     "blend": ("layers", "alpha", "content_projection"),
+    "gpsa+blend": ("layers", "locality_strength", "local_init", "alpha", "content_projection"),
 }
 
 
@@ -373,22 +380,29 @@ def convert(model: nn.Module, kind: str, **options: Any) -> nn.Module:
     layout, hosts, grid, depth = host_layers(model)
     count = conversion.layers
     if count is None:
-        count = max(1, round(depth * CONVIT_GPSA_SHARE)) if kind == "gpsa" else depth
+        count = max(1, round(depth * CONVIT_GPSA_SHARE)) if kind != "blend" else depth
     if count > depth:
         raise ConfigError(f"convert {kind} layers={count} but the model has {depth} blocks; lower layers")
     parts = [parts_of(layout, host, attribute) for host, attribute in hosts]  # every refusal before a change
-    if kind == "blend" and parts[0]["heads"] * parts[0]["dim_head"] % 4:
+    if "blend" in kind and parts[0]["heads"] * parts[0]["dim_head"] % 4:
         raise ConfigError("the blend's sin-cos position embedding needs a width divisible by 4")
-    ported = []
-    for index, part in enumerate(parts):
-        if index >= count:
-            ported.append(PortedAttention(part, grid))
-        else:
-            ported.append((PortedGPSA if kind == "gpsa" else PortedBlend)(part, grid, conversion))
+    ported = [ported_layer(kind, index < count, part, grid, conversion) for index, part in enumerate(parts)]
     for (host, attribute), module in zip(hosts, ported, strict=True):
         setattr(host, attribute, module)
     model.conversion = {**conversion.to_dict(), "layers": count}  # what export writes to config.json
     return model
+
+
+def ported_layer(
+    kind: str, first_blocks: bool, part: dict[str, Any], grid: tuple[int, int], conversion: Conversion
+) -> PortedAttention:
+    """One block's attention: in the first `layers` blocks GPSA (gpsa, gpsa+blend) or the blend (blend);
+    after them the blend (gpsa+blend) or the layer as it was (gpsa, blend)."""
+    if first_blocks and kind != "blend":
+        return PortedGPSA(part, grid, conversion)
+    if (first_blocks and kind == "blend") or (not first_blocks and kind == "gpsa+blend"):
+        return PortedBlend(part, grid, conversion)
+    return PortedAttention(part, grid)
 
 
 def converted_layers(model: nn.Module) -> list[PortedAttention]:

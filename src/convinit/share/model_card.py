@@ -175,10 +175,14 @@ def input_description(record: dict[str, Any]) -> str:
 
 def conversion_row(cfg: TrainConfig) -> str:
     """What `convert=` put into the model, and that loading it takes convinit (docs/method.md §9)."""
-    what = {"gpsa": "ConViT's gated positional self-attention", "blend": "paper 1's Q/K blend"}[cfg.convert]
+    what = {
+        "gpsa": "ConViT's gated positional self-attention in the first blocks",
+        "blend": "paper 1's Q/K blend in the first blocks",
+        "gpsa+blend": "ConViT's GPSA in the first blocks, paper 1's Q/K blend in the rest",
+    }[cfg.convert]
     args = f" {json.dumps(cfg.convert_args, sort_keys=True)}" if cfg.convert_args else ""
     return (
-        f"{cfg.convert}{args}: {what} in the first blocks (convinit.convert); "
+        f"{cfg.convert}{args}: {what} (convinit.convert); "
         "load with convinit.from_pretrained, which converts the rebuilt model before loading the weights"
     )
 
