@@ -341,57 +341,70 @@ def format_users(result: dict[str, Any]) -> str:
         "'x timm': over timm's eager model of the same shape (plain loop, fused AdamW) in the same rounds",
     ]
     for threads, block in result["threads"].items():
-        rate = block["images_per_s"]
-        lines += [
-            "",
-            f"A. {threads} thread{'s' if int(threads) > 1 else ''} (1-min load average "
-            f"{block['load_average']:.1f} at the start)",
-            f"{'row':28s} {'eager img/s':>11s} {'x timm':>7s} {'compiled':>9s} {'x timm':>7s} "
-            f"{'compile s':>9s}",
-        ]
-        for label in options["rows"]:
-            twin = rate[f"timm {ROWS[label].twin}/eager"]
-            eager = rate[f"{label}/eager"]
-            line = f"{label:28s} {eager:11.0f} {eager / twin:6.2f}x"
-            if f"{label}/compiled" in rate:
-                compiled = rate[f"{label}/compiled"]
-                line += f" {compiled:9.0f} {compiled / twin:6.2f}x {block['compile_s'][label]:9.1f}"
-            lines.append(line)
-        for name, value in rate.items():
-            if name.startswith("timm "):
-                lines.append(f"{name.removesuffix('/eager'):28s} {value:11.0f}  1.00x  (plain loop)")
+        lines += thread_table(threads, block, options)
     if "grid_14x14" in result:
-        lines += [
-            "",
-            "B. what the bias costs: 1 thread, eager; 'x ViT': over the unconverted users' ViT, same step",
-            f"{'row':28s} {'7x7 img/s':>9s} {'x ViT':>6s} {'14x14 img/s':>11s} {'x ViT':>6s}",
-        ]
-        small, large = result["grid_7x7"]["images_per_s"], result["grid_14x14"]["images_per_s"]
-        base, twin = "users' ViT/eager", "timm users' ViT/eager"
-        for label in [name for name in options["rows"] if ROWS[name].bias]:
-            a, b = small[f"{label}/eager"], large[f"{label}/eager"]
-            if base in small:
-                lines.append(
-                    f"{label:28s} {a:9.0f} {a / small[base]:5.2f}x {b:11.0f} {b / large[base]:5.2f}x"
-                )
-            else:
-                lines.append(f"{label:28s} {a:9.0f}        {b:11.0f}")
-        lines.append(f"{'timm (plain loop)':28s} {small[twin]:9.0f}        {large[twin]:11.0f}")
+        lines += bias_table(result, options)
     if "device" in result:
-        small_b, large_b = options["fake_batches"]
-        lines += [
-            "",
-            "B. one step on a pretend CUDA device (7x7 grid): device ops and host waits at two batch sizes",
-            f"{'row':28s} {f'ops b{small_b}':>9s} {f'ops b{large_b}':>9s} {f'waits b{small_b}':>9s} "
-            f"{f'waits b{large_b}':>10s}",
-        ]
-        for label, counts in result["device"].items():
-            a, b = counts[small_b], counts[large_b]
-            lines.append(
-                f"{label:28s} {a['ops']:9d} {b['ops']:9d} {a['host_waits']:9d} {b['host_waits']:10d}"
-            )
-            lines += [f"    {wait}" for wait in a["waits"]]
+        lines += device_table(result["device"], options)
     if "device_note" in result:
         lines.append(f"note: {result['device_note']}")
     lines.append(f"\ntotal {result['seconds']:.0f} s")
     return "\n".join(lines)
+
+
+def thread_table(threads: Any, block: dict[str, Any], options: dict[str, Any]) -> list[str]:
+    """Table A at one thread count: each row eager and compiled beside timm's eager twin."""
+    rate = block["images_per_s"]
+    lines = [
+        "",
+        f"A. {threads} thread{'s' if int(threads) > 1 else ''} (1-min load average "
+        f"{block['load_average']:.1f} at the start)",
+        f"{'row':28s} {'eager img/s':>11s} {'x timm':>7s} {'compiled':>9s} {'x timm':>7s} {'compile s':>9s}",
+    ]
+    for label in options["rows"]:
+        twin = rate[f"timm {ROWS[label].twin}/eager"]
+        eager = rate[f"{label}/eager"]
+        line = f"{label:28s} {eager:11.0f} {eager / twin:6.2f}x"
+        if f"{label}/compiled" in rate:
+            compiled = rate[f"{label}/compiled"]
+            line += f" {compiled:9.0f} {compiled / twin:6.2f}x {block['compile_s'][label]:9.1f}"
+        lines.append(line)
+    for name, value in rate.items():
+        if name.startswith("timm "):
+            lines.append(f"{name.removesuffix('/eager'):28s} {value:11.0f}  1.00x  (plain loop)")
+    return lines
+
+
+def bias_table(result: dict[str, Any], options: dict[str, Any]) -> list[str]:
+    """Table B's speeds: each conversion over the unconverted users' ViT at 7x7 and 14x14."""
+    lines = [
+        "",
+        "B. what the bias costs: 1 thread, eager; 'x ViT': over the unconverted users' ViT, same step",
+        f"{'row':28s} {'7x7 img/s':>9s} {'x ViT':>6s} {'14x14 img/s':>11s} {'x ViT':>6s}",
+    ]
+    small, large = result["grid_7x7"]["images_per_s"], result["grid_14x14"]["images_per_s"]
+    base, twin = "users' ViT/eager", "timm users' ViT/eager"
+    for label in [name for name in options["rows"] if ROWS[name].bias]:
+        a, b = small[f"{label}/eager"], large[f"{label}/eager"]
+        if base in small:
+            lines.append(f"{label:28s} {a:9.0f} {a / small[base]:5.2f}x {b:11.0f} {b / large[base]:5.2f}x")
+        else:
+            lines.append(f"{label:28s} {a:9.0f}        {b:11.0f}")
+    lines.append(f"{'timm (plain loop)':28s} {small[twin]:9.0f}        {large[twin]:11.0f}")
+    return lines
+
+
+def device_table(device: dict[str, Any], options: dict[str, Any]) -> list[str]:
+    """Table B's counts: device operations and host waits per step at two batch sizes."""
+    small_b, large_b = options["fake_batches"]
+    lines = [
+        "",
+        "B. one step on a pretend CUDA device (7x7 grid): device ops and host waits at two batch sizes",
+        f"{'row':28s} {f'ops b{small_b}':>9s} {f'ops b{large_b}':>9s} {f'waits b{small_b}':>9s} "
+        f"{f'waits b{large_b}':>10s}",
+    ]
+    for label, counts in device.items():
+        a, b = counts[small_b], counts[large_b]
+        lines.append(f"{label:28s} {a['ops']:9d} {b['ops']:9d} {a['host_waits']:9d} {b['host_waits']:10d}")
+        lines += [f"    {wait}" for wait in a["waits"]]
+    return lines
