@@ -199,7 +199,7 @@ def run_bash(code: str, cwd: Path, bin_dir: Path, where: str, fashion_dir: Path)
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "MPLBACKEND": "Agg",
-        "CONVINIT_DOC_TEST_FASHION_MNIST": str(fashion_dir),  # see command_client.shrink
+        "CONVINIT_DOC_TEST_FASHION_MNIST": str(fashion_dir),  # see command_server.run_request
     }
     result = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", code], cwd=cwd, env=env, capture_output=True, text=True

@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 import traceback
+from pathlib import Path
 
 WARM_MODULES = (
     "torch",
@@ -43,6 +44,12 @@ def run_request(connection: socket.socket, request: dict, fds: list[int]) -> Non
     os.environ.clear()
     os.environ.update(request["env"])
     from convinit.cli import main
+
+    small_fashion = os.environ.get("CONVINIT_DOC_TEST_FASHION_MNIST")
+    if small_fashion:  # a preset's fashion-mnist too (not only dataset=fashion-mnist): its 1,000 / 300 copy
+        from convinit.data.readers import idx
+
+        idx.FASHION_DEBIAN_DIR = Path(small_fashion)
 
     try:
         code = main(request["argv"])
