@@ -124,6 +124,9 @@ class DatasetInfo:
     # a dataset of image files: its files and labels listed without decoding any (a `FolderSplits`), so
     # that `data_mode=auto` can size it from headers and stream it from disk; None: decoded whole by `reader`
     list_files: Callable[[Path | None], Any] | None = None
+    # whether a horizontal mirror keeps an image's class (clothes, objects: True; digits and house
+    # numbers: False, a mirrored 2 or 7 is no digit); None: unknown (a user's folder, a Hub dataset)
+    mirror_keeps_class: bool | None = None
 
     def resolve_dir(self, data_dir: str | Path | None) -> Path | None:
         if data_dir is not None:

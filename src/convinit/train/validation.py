@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from convinit.config import TrainConfig, say_notes, say_once, unsay
 from convinit.config.recommendation import applied_note
-from convinit.data import check_available
+from convinit.data import check_available, dataset_info
 from convinit.errors import ConfigError
 from convinit.init import check_scheme_applies
 from convinit.init.registry import init_spec
@@ -46,6 +46,8 @@ def validate(cfg: TrainConfig) -> RunPlan:
                 f"teacher {path} is neither a run directory nor a saved model (convinit export)"
             )
     check_available(cfg.dataset, cfg.data_dir, cfg.download, **plan.data.options)
+    if cfg.hflip and dataset_info(cfg.dataset).mirror_keeps_class is False:
+        say_once(mirror_note(cfg.dataset))
     check_model_args_bounded(cfg.model_args)
     check_model_arguments(cfg.model, cfg.model_args)
     check_data_fits(cfg.dataset, cfg.data_mode, plan.device)
@@ -59,6 +61,14 @@ def validate(cfg: TrainConfig) -> RunPlan:
             get_tracker(name)
     say_notes()  # the adapted defaults' notes, now that nothing refused the config
     return plan
+
+
+def mirror_note(dataset: str) -> str:
+    """hflip on a data set whose class a mirror can change: trained as asked, said in one line."""
+    return (
+        f"hflip=true mirrors {dataset}'s images, and a mirror can change their class (a mirrored 2, 3 or 7 "
+        "is no digit): crop_padding alone respects such data; hflip=false turns the flips off"
+    )
 
 
 def torchvision_use(cfg: TrainConfig) -> str | None:

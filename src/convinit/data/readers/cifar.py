@@ -181,6 +181,7 @@ for _name in LAYOUTS:
             default_dir=lambda _name=_name: data_home() / _name,
             can_download=True,
             missing_in=missing_cifar_files(_name),
+            mirror_keeps_class=True,
             shape=KnownShape(num_classes=LAYOUTS[_name]["classes"], in_chans=3, side=32, train_images=50000),
         )
     )

@@ -58,6 +58,7 @@ def survey_digits(root: Path | None = None) -> Found:
 register_dataset(
     DatasetInfo(
         name="digits",
+        mirror_keeps_class=False,
         reader=read_digits,
         how_to_obtain="it ships with scikit-learn (pip install scikit-learn)",
         needs_dir=False,

@@ -167,6 +167,7 @@ def read_fashion_mnist(root: Path, download: bool = False) -> ImageDataset:
 register_dataset(
     DatasetInfo(
         name="mnist",
+        mirror_keeps_class=False,
         reader=read_mnist,
         how_to_obtain="put the four MNIST IDX files there, set data_dir=..., or pass download=true",
         default_dir=lambda: data_home() / "mnist",
@@ -179,6 +180,7 @@ register_dataset(
 register_dataset(
     DatasetInfo(
         name="fashion-mnist",
+        mirror_keeps_class=True,
         reader=read_fashion_mnist,
         how_to_obtain=(
             "install it with `apt-get install dataset-fashion-mnist` (Debian/Ubuntu), "

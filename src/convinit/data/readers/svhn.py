@@ -73,6 +73,7 @@ def read_svhn(root: Path, download: bool = False) -> ImageDataset:
 register_dataset(
     DatasetInfo(
         name="svhn",
+        mirror_keeps_class=False,
         reader=read_svhn,
         how_to_obtain="put train_32x32.mat and test_32x32.mat there, set data_dir=..., or pass download=true",
         default_dir=lambda: data_home() / "svhn",

@@ -81,6 +81,7 @@ register_dataset(
         default_dir=lambda: data_home() / "tiny-imagenet",
         can_download=True,
         missing_in=missing_tiny_files,
+        mirror_keeps_class=True,
         shape=KnownShape(num_classes=200, in_chans=3, side=64, train_images=100000),
     )
 )
