@@ -32,3 +32,12 @@ def test_repeated_augmentation_puts_each_images_copies_on_different_ranks_and_ke
         assert len(images) == 1  # the three copies of one image, one per rank, at the same step
     positions = [pos for order in orders for _, pos in order]
     assert len(set(positions)) == len(positions)  # so every copy gets its own augmentation seed
+
+
+@pytest.mark.parametrize("n", [300, 1000])
+def test_repeated_augmentation_keeps_a_small_sets_whole_epoch_instead_of_rounding_it_to_256(n):
+    pytest.importorskip("timm.data")
+    order = epoch_order(n, 0, 1, True, 0, 1, repeats=3, drop_last=True)
+    assert len(order) == n  # DeiT's sampler would give 256 and 768: 15 % and 23 % of the epoch dropped
+    images = [index for index, _ in order]
+    assert len(set(images)) == -(-n // 3)  # a third as many distinct images, each in 3 copies

@@ -372,7 +372,7 @@ def check_choices_and_counts(cfg: TrainConfig) -> None:
         )
     for key, largest, why in (
         ("randaugment_n", MAX_RANDAUGMENT_N, "the policies hold 14-15 ops; DeiT applies 2"),
-        ("repeated_aug", MAX_REPEATED_AUG, "copies of each image per epoch; DeiT uses 3"),
+        ("repeated_aug", MAX_REPEATED_AUG, "copies of each drawn image in an epoch; DeiT uses 3"),
     ):
         if getattr(cfg, key) > largest:
             raise ConfigError(
