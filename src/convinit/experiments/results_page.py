@@ -50,10 +50,10 @@ CLAIMS_FILE = "claims.yaml"
 MIN_SEEDS = 3  # the fewest paired seeds a verdict is drawn from
 END_MASS = "init_quality/target_mass"  # track=[init_quality]: the bias left at the end
 GRID_HEADER = (
-    "| row | final test accuracy (%) | per seed | final train accuracy (%) "
-    "| start: held-apart mass / worst row (min) / rows on target | end: target mass | end: mean gate "
-    "| end: non-locality, first layer |\n"
-    "| --- | ---: | --- | ---: | --- | --- | --- | --- |"
+    "| row | final test accuracy (%) | per seed | final train accuracy (%) | fit: unaugmented train accuracy "
+    "(%) / loss change, last tenth | start: held-apart mass / worst row (min) / rows on target "
+    "| end: target mass | end: mean gate | end: non-locality, first layer |\n"
+    "| --- | ---: | --- | ---: | --- | --- | --- | --- | --- |"
 )
 DIRECTIONS = ("higher", "lower", "similar")
 EQUIVALENCE_MARGIN = 2.0  # points: "about as good" means the paired interval lies within +-2 of 0
@@ -245,6 +245,24 @@ def final_train_acc(record: RunRecord, _: str) -> float | None:
     return number(record.metrics[-1].get("train_acc"))
 
 
+def fit_acc(record: RunRecord, _: str) -> float | None:
+    """The model on its own training images, unaugmented, after the last epoch: whether it fitted them."""
+    return number(record.metrics[-1].get("fit_acc"))
+
+
+def late_loss_change(record: RunRecord, _: str) -> float | None:
+    """The training loss of the last epoch minus that of the epoch a tenth of the run earlier (at least
+    one): near 0 where the run had plateaued, clearly negative where it was still learning."""
+    losses = {
+        row["epoch"]: row["train_loss"] for row in record.metrics if number(row.get("train_loss")) is not None
+    }
+    if not losses:
+        return None
+    last = max(losses)
+    earlier = last - max(1, round(last / 10))
+    return losses[last] - losses[earlier] if earlier in losses else None
+
+
 def acc_at_epoch(record: RunRecord, epoch: str) -> float | None:
     found = [row.get("test_acc") for row in record.metrics if row.get("epoch") == int(epoch)]
     return found[-1] if found else None
@@ -283,6 +301,10 @@ def nonlocality_growth(record: RunRecord, _: str) -> float | None:
 METRICS: dict[str, Metric] = {  # a plain name, or a prefix ending in ':' that takes a parameter
     "final_acc": Metric(lambda record, _: record.final_accuracy, "the last epoch's test accuracy"),
     "final_train_acc": Metric(final_train_acc, "the last epoch's running training accuracy (as trained)"),
+    "fit_acc": Metric(fit_acc, "the accuracy on the run's own training images, unaugmented, at the end"),
+    "late_loss_change": Metric(
+        late_loss_change, "the last epoch's training loss minus that of a tenth of the run earlier"
+    ),
     "acc_at_epoch:": Metric(
         acc_at_epoch, "the test accuracy after epoch N", "N", lambda n: n.isascii() and n.isdigit()
     ),
@@ -387,10 +409,12 @@ def setting(claim: Claim, records: list[RunRecord]) -> str:
     found = [r for r in records if r.label == claim.row]
     data = read_json(found[0].run_dir / "preprocessing.json") if found else {}
     train, test = data.get("train_images"), data.get("test_images")
+    held = config.get("holdout_per_class")  # evaluated on a validation split, the test set never read
+    split = f"validation images ({held} per class held out of the training set)" if held else "test images"
     if isinstance(train, int) and isinstance(test, int):
-        size = f"{train:,} train / {test:,} test images"
+        size = f"{train:,} train / {test:,} {split}"
     else:
-        size = train_size(config)
+        size = train_size(config) + (f", {held} per class held out for validation" if held else "")
     return f"{config.get('dataset')}, {size}, {model_words(config)}, {config.get('epochs')} epochs"
 
 
@@ -536,7 +560,9 @@ def count_line(name: str, claims: int, counts: dict[str, int]) -> str:
 
 GRID_NOTE = (
     "Final train accuracy is the last epoch's running accuracy over the training batches as trained "
-    "(augmented where the run augments): a row well below 100 did not fit its training set in its budget. "
+    "(augmented where the run augments). Fit is the trained model on its own training images, unaugmented "
+    "(runs that recorded it), and the change of the training loss over the run's last tenth of epochs: a "
+    "fit well below 100 did not fit its training set, and a clearly negative change was still learning. "
     "The start figures are the init report's, on held-apart real training images at the run's own settings: "
     "the mean attention mass on each head's target; each head's worst query row's mass, averaged over heads "
     "(in brackets: the lowest of any head); and the share of rows whose peak is the target. The end figure "
@@ -553,7 +579,9 @@ def grid_tables(runs: dict[str, list[RunRecord]], commands: dict[str, str]) -> l
     for folder, records in runs.items():
         if not records:
             continue
-        parts += [f"### {folder}", "", GRID_HEADER]
+        held_out = any(r.config.get("holdout_per_class") for r in records)  # evaluated on validation
+        header = GRID_HEADER.replace("final test", "final validation") if held_out else GRID_HEADER
+        parts += [f"### {folder}", "", header]
         for label in dict.fromkeys(r.label for r in records):
             values = seed_values(records, label, "final_acc")
             per_seed = ", ".join(f"{values[s]:.2f}" for s in sorted(values))
@@ -562,19 +590,23 @@ def grid_tables(runs: dict[str, list[RunRecord]], commands: dict[str, str]) -> l
                 for metric in (f"tracked_end:{END_MASS}", "mean_gate", "tracked_end:nonlocality/L0")
             )
             train = seed_values(records, label, "final_train_acc")
-            fitted = f"{statistics.fmean(train.values()):.1f}" if train else "-"
+            trained = f"{statistics.fmean(train.values()):.1f}" if train else "-"
+            fit = mean_over_seeds(records, label, "fit_acc", 1)
+            fitted = (
+                "-" if fit == "-" else f"{fit} / {mean_over_seeds(records, label, 'late_loss_change', 3)}"
+            )
             parts.append(
-                f"| {label} | {mean_std(values)} | {per_seed} | {fitted} "
+                f"| {label} | {mean_std(values)} | {per_seed} | {trained} | {fitted} "
                 f"| {init_figures(records, label)} | {end_mass} | {gate} | {nonlocality} |"
             )
         parts += ["", "```bash", commands[folder], "```", ""]
     return parts
 
 
-def mean_over_seeds(records: list[RunRecord], label: str, metric: str) -> str:
+def mean_over_seeds(records: list[RunRecord], label: str, metric: str, digits: int = 2) -> str:
     """'0.84': a claim metric's mean over a row's seeds, to two decimals; '-' where no run gives it."""
     values = seed_values(records, label, metric)
-    return f"{statistics.fmean(values.values()):.2f}" if values else "-"
+    return f"{statistics.fmean(values.values()):.{digits}f}" if values else "-"
 
 
 def init_figures(records: list[RunRecord], label: str) -> str:
@@ -603,12 +635,13 @@ metrics and init report of every run; no checkpoints) and the claims listed in `
 Do not edit it by hand: rerun a grid with the command in its row, then `convinit results`.
 
 Every row ran on a CPU at the small scale of its experiment (digits: 1,000 training and 797 test images;
-Fashion-MNIST: 1,000 training images, 100 per class, and all 10,000 test images), one thread per run, three
-seeds (five in the grid users-vit-end; each row says how many). "convinit" is the final-epoch test accuracy
-(never the best epoch), mean +- std over seeds; the paired difference is the row minus its reference on the
-same seeds, with its 95 % t interval. Where a claim names a ceiling (a CNN), the share of the gap is the
-row's mean gain over its reference divided by the ceiling's, with the paired interval in the same units
-(0: no gain, 1: up to the ceiling). The GPU-scale
+Fashion-MNIST: 1,000 training images, 100 per class, and all 10,000 test images, unless a row says
+otherwise), one thread per run, three seeds (five in the grids users-vit-end and vit-vs-cnn; each row says
+how many). "convinit" is the final-epoch test accuracy (never the best epoch; on a validation split held
+out of the training images where a row says so), mean +- std over seeds; the paired difference is the row
+minus its reference on the same seeds, with its 95 % t interval. Where a claim names a ceiling (a CNN), the
+share of the gap is the row's mean gain over its reference divided by the ceiling's, with the paired
+interval in the same units (0: no gain, 1: up to the ceiling). The GPU-scale
 settings of every experiment stay as its `--scale full` preset; the papers' numbers come from those.
 
 Verdicts come from the paired interval: **holds** when it excludes 0 on the paper's side, **does not
