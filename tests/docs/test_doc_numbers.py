@@ -218,9 +218,8 @@ def vs_cnn_table(grid: str) -> str:
     for label in dict.fromkeys(r.label for r in records):
         values = accs(grid, label)
         spread = acc(grid, label) if len(values) > 1 else f"{next(iter(values.values())):.2f}"
-        fit = mean_over_seeds(records, label, "fit_acc", 1)
         against = "-" if label == CNN else paired(grid, label, CNN).describe()
-        lines.append(f"| {label} | {len(values)} | {spread} | {fit} | {against} |")
+        lines.append(f"| {label} | {len(values)} | {spread} | {fit(grid, label)} | {against} |")
     return "\n".join(lines)
 
 
