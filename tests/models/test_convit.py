@@ -225,6 +225,20 @@ def test_positional_map_follows_pos_proj_and_equals_its_linear_layer():
     torch.testing.assert_close(second, expected)
 
 
+def test_positional_map_holds_no_subnormal_weights_and_rows_still_sum_to_one():
+    """A local map on ConViT-Ti/2's 16x16 grid reaches far below float32's smallest normal number; those
+    weights are zero (as flushing would make them), so the positional product is fast without flushing."""
+    layer = GPSA(dim=16, num_heads=4, grid=(16, 16))
+    with torch.no_grad():
+        maps = layer.positional_attention()
+        unclipped = torch.softmax(layer.pos_proj(layer.rel_indices).permute(2, 0, 1), dim=-1)
+    tiny = torch.finfo(torch.float32).tiny
+    assert ((unclipped > 0) & (unclipped < tiny)).any()  # the case exists at this grid
+    assert not ((maps > 0) & (maps < tiny)).any()
+    torch.testing.assert_close(maps, unclipped, atol=tiny, rtol=0)
+    torch.testing.assert_close(maps.sum(-1), torch.ones(4, 256))
+
+
 def test_positional_map_computed_once_per_forward_while_training():
     model = small_convit()
     calls = mock.Mock(wraps=GPSA.positional_attention)
