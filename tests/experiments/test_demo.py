@@ -6,8 +6,17 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 
-from convinit.experiments.demo import FULL_EPOCHS, QUICK_EPOCHS, demo_methods, run_demo, short_run_caveat
+from convinit.experiments.demo import (
+    FULL_EPOCHS,
+    QUICK_EPOCHS,
+    QUICK_EVAL_EVERY,
+    demo_methods,
+    run_demo,
+    short_run_caveat,
+)
+from convinit.runs.metrics import read_metrics
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +64,47 @@ def test_quick_demo_is_long_enough_to_show_the_papers_order_and_shorter_ones_say
     gives standard < blend random < mimetic < impulse (README); a shorter demo says why it cannot."""
     assert QUICK_EPOCHS >= 10 and short_run_caveat(QUICK_EPOCHS) == short_run_caveat(FULL_EPOCHS) == ""
     assert "too few to order the initialisations" in short_run_caveat(4)
+
+
+def test_quick_demo_evaluates_every_second_epoch(monkeypatch, tmp_path):
+    """--quick evaluates after epochs 2, 4, ... (and at step 0 and the end); the full demo every epoch."""
+    import convinit.experiments.demo as demo
+
+    seen: dict[bool, list] = {}
+    monkeypatch.setattr(demo, "write_demo_report", lambda out, epochs: out / "report.md")
+    for quick in (True, False):
+        monkeypatch.setattr(
+            demo, "train_methods", lambda out, methods, configs, *_, q=quick: seen.update({q: configs})
+        )
+        demo.run_demo(tmp_path / f"demo-{quick}", quick=quick, progress=False)
+    assert {cfg.eval_every for cfg in seen[True]} == {QUICK_EVAL_EVERY} == {2}
+    assert {cfg.eval_every for cfg in seen[False]} == {1}
+
+
+def test_evaluating_less_often_trains_the_same_model(tmp_path):
+    """What lets --quick evaluate every second epoch: evaluation draws no random numbers and changes no
+    weight, so the run's final accuracy and weights are those of a run evaluated after every epoch."""
+    from safetensors.torch import load_file
+
+    from convinit.config import build_config
+    from convinit.runs.checkpoint import latest_checkpoint
+    from convinit.train import train
+
+    method = demo_methods()[3]  # impulse init: its fit draws random numbers before training
+    finals = {}
+    for every in (1, 2):
+        overrides = {
+            **method.overrides,
+            "model_args": {**method.overrides["model_args"], "dim": 16, "depth": 2},
+        }
+        cfg = build_config(
+            {"dataset": "digits", "epochs": 2, "batch_size": 128, "eval_every": every, **overrides}
+        )
+        train(cfg, run_dir=tmp_path / str(every), progress=False)
+        weights = load_file(latest_checkpoint(tmp_path / str(every)) / "model.safetensors")
+        rows = [r for r in read_metrics(tmp_path / str(every) / "metrics.jsonl") if "test_acc" in r]
+        finals[every] = (weights, [r["epoch"] for r in rows], rows[-1]["test_acc"])
+    assert finals[1][1] == [0, 1, 2] and finals[2][1] == [0, 2]
+    assert finals[1][2] == finals[2][2]
+    for name, tensor in finals[1][0].items():
+        assert torch.equal(tensor, finals[2][0][name]), name

@@ -204,9 +204,16 @@ def attention_maps_figure(
     if not (0 <= row < rows and 0 <= col < cols):
         raise ConfigError(f"query patch {(row, col)} is outside the {rows}x{cols} patch grid")
     heads = max(maps[names[layer]].shape[1] for layer in layers)
-    fig = Figure(figsize=(2.2 * heads + 0.8, 2.2 * len(layers)), layout="constrained")
-    axes = fig.subplots(len(layers), heads, squeeze=False)
-    for ax_row, layer in zip(axes, layers, strict=True):
+    where = (
+        f"attention weight (log colour scale) of the query patch (row {row}, col {col}, red square) over the "
+        f"{rows}x{cols} patches"
+    )
+    which = f"layers {', '.join(map(str, layers))} of 0-{len(names) - 1} ({rule})"
+    heading = fitted_lines(
+        [title, f"{where}; {which}"] if title else [f"{where}; {which}"], panel_width(heads), SUPTITLE_SIZE
+    )
+    fig, axes, colour_axes = panel_grid(heads, len(layers), heading.count("\n") + 1)
+    for ax_row, colour_ax, layer in zip(axes, colour_axes, layers, strict=True):
         attn = patch_attention(maps[names[layer]].float(), rows * cols)[0]  # (H, N, N)
         attn = attn[:, row * cols + col].reshape(-1, rows, cols).cpu()  # (H, rows, cols)
         norm = LogNorm(vmin=max(float(attn.min()), 1e-6), vmax=max(float(attn.max()), 2e-6))
@@ -221,15 +228,37 @@ def attention_maps_figure(
             if layer in gates:
                 label += f"\ngate {float(gates[layer][head]):.2f} (positional)"
             ax.set_title(label + mark_target(ax, attn[head], (row, col), layer, head, offsets), fontsize=8)
-        fig.colorbar(image, ax=list(ax_row), shrink=0.8, label="attention weight")
-    where = f"attention of the query patch (row {row}, col {col}, red square) over the {rows}x{cols} patches"
-    which = f"layers {', '.join(map(str, layers))} of 0-{len(names) - 1} ({rule})"
-    lines = [title, f"{where}; {which}"] if title else [f"{where}; {which}"]
-    fig.suptitle(fitted_lines(lines, fig.get_figwidth(), SUPTITLE_SIZE), fontsize=SUPTITLE_SIZE)
+        fig.colorbar(image, cax=colour_ax)
+    fig.suptitle(heading, fontsize=SUPTITLE_SIZE, y=1 - 0.08 / fig.get_figheight(), va="top")
     return fig
 
 
 SUPTITLE_SIZE = 9  # points
+PANEL_INCHES = 2.2  # one head's map with its (up to three-line) title
+
+
+def panel_width(heads: int) -> float:
+    """Inches of an attention figure: a panel per head and, at the right, the colour bar's ticks."""
+    return PANEL_INCHES * heads + 1.2
+
+
+def panel_grid(heads: int, layers: int, heading_lines: int) -> tuple[Figure, np.ndarray, list]:
+    """A figure of `layers` x `heads` map panels, one colour-bar axis at the end of each row, and room above
+    for a heading of `heading_lines`, all placed in inches: matplotlib's constrained layout found the same
+    places by solving for them at every save, a second or more per figure (half of `convinit demo
+    --quick`'s figure time)."""
+    heading = 0.2 + heading_lines * SUPTITLE_SIZE * 1.25 / 72  # inches
+    width, height = panel_width(heads), PANEL_INCHES * layers + heading
+    fig = Figure(figsize=(width, height))
+    grid = fig.add_gridspec(
+        layers, heads + 1, width_ratios=[1.0] * heads + [0.07],
+        left=0.15 / width, right=1 - 0.95 / width, bottom=0.1 / height, top=1 - (heading + 0.45) / height,
+        wspace=0.12, hspace=0.55,
+    )  # fmt: skip
+    axes = np.array([[fig.add_subplot(grid[r, h]) for h in range(heads)] for r in range(layers)])
+    return fig, axes, [fig.add_subplot(grid[r, heads]) for r in range(layers)]
+
+
 WIDEST_CHARACTER = 0.62  # of the font size: DejaVu Sans's average width over letters, digits and punctuation
 
 
