@@ -20,6 +20,8 @@ Differences from the official code, all output-preserving:
 - The fast path is (1 - g) * SDPA(q, k, v) + g * (P_pos @ v). The official code divides A by its row sum;
   each row of A already sums to (1 - g) + g = 1, so this is a no-op in exact arithmetic and the fast path
   skips it. The explicit path (`record = True`, see `record_attention`) keeps it and stores the maps.
+- Positional weights below float32's smallest normal number (1.2e-38) are zero, as a CPU that flushes
+  subnormals makes them (see SUBNORMAL_WEIGHTS below): a change below 1e-38 in any weight.
 - Rectangular patch grids work (the official rel indices assume a square grid).
 - The official local init silently leaves heads beyond k*k with random positional rows when H is not
   a square; here that is a ConfigError unless `partial_local_init=True` asks for the official behaviour.
