@@ -255,8 +255,8 @@ def panel_grid(heads: int, layers: int, heading_lines: int) -> tuple[Figure, np.
         left=0.15 / width, right=1 - 0.95 / width, bottom=0.1 / height, top=1 - (heading + 0.45) / height,
         wspace=0.12, hspace=0.55,
     )  # fmt: skip
-    axes = np.array([[fig.add_subplot(grid[r, h]) for h in range(heads)] for r in range(layers)])
-    return fig, axes, [fig.add_subplot(grid[r, heads]) for r in range(layers)]
+    cells = grid.subplots(squeeze=False)  # (layers, heads + 1)
+    return fig, cells[:, :heads], list(cells[:, heads])
 
 
 WIDEST_CHARACTER = 0.62  # of the font size: DejaVu Sans's average width over letters, digits and punctuation
