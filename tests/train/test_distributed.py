@@ -28,7 +28,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     finally:
         torch.set_num_threads(before)  # a run sets torch's threads and leaves them
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    launcher += ["--master_port", "29571"]
+    launcher += ["--standalone"]  # a free port of its own: two suites (or two test workers) never collide
     ddp = run([*launcher, "-m", "convinit", *args, "--out", str(tmp_path / "ddp")])
     assert ddp.returncode == 0, ddp.stderr[-2000:]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 import warnings
@@ -69,6 +70,13 @@ def record(results: Path, stage: str, **fields: Any) -> None:
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def free_port() -> int:
+    """A port no other process holds now: a fixed one collides with a second run on the same machine."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def run_config(preset: str, overrides: list[str], data: dict[str, str]):
@@ -240,7 +248,7 @@ def ddp(args: argparse.Namespace) -> None:
 
     device = torch.device(args.device)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29613")
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
     try:
         data = {"device": args.device, "batch": str(args.batch), "workers": "0", "overrides": args.override}
