@@ -49,3 +49,18 @@ def test_digits_is_deterministic_across_calls(digits):
     assert torch.equal(again.train_labels, digits.train_labels)
     assert torch.equal(again.test_images, digits.test_images)
     assert torch.equal(again.test_labels, digits.test_labels)
+
+
+def test_digits_are_read_once_per_process_and_each_load_gets_its_own_tensors(digits, monkeypatch):
+    """The demo opens digits 21 times: scikit-learn parses its file once, and a caller that writes into
+    its images changes no other caller's copy."""
+    import sklearn.datasets
+
+    def refuse():
+        raise AssertionError("digits were parsed again")
+
+    monkeypatch.setattr(sklearn.datasets, "load_digits", refuse)
+    first, second = load_dataset("digits"), load_dataset("digits")
+    first.train_images[0] = 7
+    assert torch.equal(second.train_images, digits.train_images)
+    assert not torch.equal(first.train_images, digits.train_images)
