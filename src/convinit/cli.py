@@ -392,8 +392,14 @@ def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser(
         "demo", help="compare random/mimetic/impulse ViTs, ConViT, DeiT and ConvMixer on digits"
     )
-    demo.add_argument("--out", type=Path, default=Path("reports/demo"), help="report directory")
-    demo.add_argument("--quick", action="store_true", help="10 epochs instead of 20 (about a minute)")
+    demo.add_argument(
+        "--out", type=Path, help="report directory (default reports/demo; with --quick reports/demo-quick)"
+    )
+    demo.add_argument(
+        "--quick",
+        action="store_true",
+        help="10 epochs instead of 20, the ViTs on 2x2-pixel patches (about a minute on one core)",
+    )
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--no-progress", action="store_true")
     demo.set_defaults(func=cmd_demo)

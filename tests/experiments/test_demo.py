@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from convinit.errors import ConfigError
 from convinit.experiments.demo import (
     FULL_EPOCHS,
     QUICK_EPOCHS,
     QUICK_EVAL_EVERY,
+    QUICK_VIT_PATCH,
     demo_methods,
     run_demo,
     short_run_caveat,
@@ -66,8 +68,9 @@ def test_quick_demo_is_long_enough_to_show_the_papers_order_and_shorter_ones_say
     assert "too few to order the initialisations" in short_run_caveat(4)
 
 
-def test_quick_demo_evaluates_every_second_epoch(monkeypatch, tmp_path):
-    """--quick evaluates after epochs 2, 4, ... (and at step 0 and the end); the full demo every epoch."""
+@pytest.fixture
+def planned(monkeypatch, tmp_path) -> dict[bool, list]:
+    """The configs `run_demo` would train, with --quick (True) and without (False); nothing trains."""
     import convinit.experiments.demo as demo
 
     seen: dict[bool, list] = {}
@@ -77,8 +80,42 @@ def test_quick_demo_evaluates_every_second_epoch(monkeypatch, tmp_path):
             demo, "train_methods", lambda out, methods, configs, *_, q=quick: seen.update({q: configs})
         )
         demo.run_demo(tmp_path / f"demo-{quick}", quick=quick, progress=False)
-    assert {cfg.eval_every for cfg in seen[True]} == {QUICK_EVAL_EVERY} == {2}
-    assert {cfg.eval_every for cfg in seen[False]} == {1}
+    return seen
+
+
+def test_quick_demo_evaluates_every_second_epoch(planned):
+    """--quick evaluates after epochs 2, 4, ... (and at step 0 and the end); the full demo every epoch."""
+    assert {cfg.eval_every for cfg in planned[True]} == {QUICK_EVAL_EVERY} == {2}
+    assert {cfg.eval_every for cfg in planned[False]} == {1}
+
+
+def test_quick_demo_trains_its_vits_on_the_convits_4x4_grid_and_the_full_demo_on_one_pixel_patches(planned):
+    """What brings --quick within a minute on one core: its ViTs see 2x2-pixel patches, the 4x4 grid the
+    ConViT and DeiT see in both demos (a quarter of a one-pixel ViT's step); the full demo keeps 8x8."""
+    patches = {q: [cfg.model_args["patch_size"] for cfg in configs] for q, configs in planned.items()}
+    assert patches[True] == [QUICK_VIT_PATCH] * 4 + [2, 2, 1] and QUICK_VIT_PATCH == 2
+    assert patches[False] == [1] * 4 + [2, 2, 1]
+
+
+def test_quick_and_full_demos_write_to_their_own_folders(monkeypatch, tmp_path):
+    import convinit.experiments.demo as demo
+
+    outs = []
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(demo, "write_demo_report", lambda out, epochs: out / "report.md")
+    monkeypatch.setattr(demo, "train_methods", lambda out, *_: outs.append(out))
+    demo.run_demo(quick=True, progress=False)
+    demo.run_demo(progress=False)
+    assert outs == [Path("reports/demo-quick"), Path("reports/demo")]
+    assert demo.demo_command(Path("reports/demo-quick"), True, 0, QUICK_EPOCHS) == "convinit demo --quick"
+
+
+def test_a_folder_that_holds_another_demo_is_refused_before_anything_trains(one_epoch_demo):
+    """Its finished runs would be skipped and reported as this demo's (a --quick folder, another seed)."""
+    stamps = {p: p.stat().st_mtime_ns for p in (one_epoch_demo / "demo").rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=r"holds another demo \(seed differ.*pass --out"):
+        run_demo(one_epoch_demo / "demo", epochs=1, seed=1, progress=False)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
 
 def test_evaluating_less_often_trains_the_same_model(tmp_path):

@@ -9,7 +9,8 @@ attention maps at initialisation and after training.
 Why these sizes: digits is 8x8 with 1,000 training images; one-pixel patches give a 8x8 grid (64
 tokens), enough for 3x3 convolutional structure to matter, and width 64 / depth 4 / 4 heads train at
 hundreds of images per second on 2 CPU cores, so each model takes well under a minute (docs/method.md §7
-measured the effect as large and visible at this scale).
+measured the effect as large and visible at this scale). `--quick` gives the ViTs 2x2-pixel patches, the
+4x4 grid of the ConViT and DeiT, so that the whole demo fits in a minute on one core (QUICK_VIT_PATCH).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from convinit.analysis.init_summary import init_markdown, init_rows, positional_row
-from convinit.config import TrainConfig, build_config
+from convinit.config import TrainConfig, build_config, config_differences, load_config
+from convinit.errors import ConfigError
 from convinit.experiments.grid import slug
 from convinit.experiments.report import find_runs, plot_curves, resolution_note, summarise, test_images
 from convinit.runs.provenance import provenance
@@ -33,10 +35,22 @@ from convinit.train import train, validate
 # what a demo folder holds: a rerun resumes in it (finished methods are skipped)
 DEMO_FILES = ("runs", "attention", "curves.png", "report.md", "results.csv")
 
-VIT = {
-    "model": "simplevit",
-    "model_args": {"patch_size": 1, "dim": 64, "depth": 4, "heads": 4, "dim_head": 16, "mlp_dim": 128},
-}
+
+def vit(patch_size: int = 1) -> dict[str, Any]:
+    """The demo's ViT: width 64, depth 4, 4 heads, on patches of `patch_size` pixels."""
+    return {
+        "model": "simplevit",
+        "model_args": {
+            "patch_size": patch_size,
+            "dim": 64,
+            "depth": 4,
+            "heads": 4,
+            "dim_head": 16,
+            "mlp_dim": 128,
+        },
+    }
+
+
 BLEND = {"model_args": {"qk_input": "blend", "alpha": 0.1}}
 CONVIT_ARGS = {"patch_size": 2, "embed_dim": 64, "num_heads": 4, "depth": 4, "local_up_to_layer": 3}
 COMMON = {
@@ -65,12 +79,14 @@ def deep_merge(*parts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def demo_methods() -> list[DemoMethod]:
+def demo_methods(vit_patch: int = 1) -> list[DemoMethod]:
+    """The seven methods; the four ViTs on patches of `vit_patch` pixels (the full demo's 1, --quick's 2)."""
+    base = vit(vit_patch)
     return [
-        DemoMethod("ViT, standard attention, random init", deep_merge(VIT)),
-        DemoMethod("ViT + alpha-blend, random init", deep_merge(VIT, BLEND)),
-        DemoMethod("ViT + alpha-blend, mimetic init", deep_merge(VIT, BLEND, {"init": "mimetic"})),
-        DemoMethod("ViT + alpha-blend, impulse init", deep_merge(VIT, BLEND, {"init": "impulse"})),
+        DemoMethod("ViT, standard attention, random init", deep_merge(base)),
+        DemoMethod("ViT + alpha-blend, random init", deep_merge(base, BLEND)),
+        DemoMethod("ViT + alpha-blend, mimetic init", deep_merge(base, BLEND, {"init": "mimetic"})),
+        DemoMethod("ViT + alpha-blend, impulse init", deep_merge(base, BLEND, {"init": "impulse"})),
         DemoMethod("ConViT (GPSA, local init)", {"model": "convit_tiny", "model_args": CONVIT_ARGS}),
         DemoMethod(
             "DeiT twin of the ConViT",
@@ -124,27 +140,39 @@ QUICK_EPOCHS, FULL_EPOCHS = 10, 20
 # made a fifth of the quick demo's time. Training is the same either way (evaluation draws no random
 # numbers), so the final accuracies are those of an every-epoch run; the curves have half the points.
 QUICK_EVAL_EVERY = 2
+# --quick's ViTs see 2x2-pixel patches: a 4x4 grid of 16 tokens, the grid the demo's ConViT and DeiT see
+# in both demos. On one CPU core a step then costs about a quarter of a one-pixel ViT's (64 tokens): the
+# four ViTs trained 50 of the 66 s the quick demo spent training, which no faster kernel could bring
+# within a minute (docs/speed.md). The papers' order held at 2x2 on seeds 0, 1 and 2 with gaps of 4 points
+# or more (standard < blend random < mimetic < impulse; DeiT < ConViT).
+QUICK_VIT_PATCH = 2
 
 
-DEFAULT_OUT = "reports/demo"
+DEFAULT_OUT, QUICK_OUT = "reports/demo", "reports/demo-quick"  # apart: a folder holds one demo's runs
+
+
+def default_out(quick: bool) -> Path:
+    return Path(QUICK_OUT if quick else DEFAULT_OUT)
 
 
 def run_demo(
-    out: str | Path = DEFAULT_OUT,
+    out: str | Path | None = None,
     quick: bool = False,
     seed: int = 0,
     progress: bool = True,
     epochs: int | None = None,
 ) -> Path:
-    """Train every demo method (20 epochs, 10 with `quick`) and write the report; returns report.md's path."""
-    out = Path(out)
+    """Train every demo method (20 epochs; 10 with `quick`, its ViTs on 2x2-pixel patches) into `out`
+    (default reports/demo, reports/demo-quick with `quick`) and write the report; returns report.md's path."""
+    out = Path(out) if out is not None else default_out(quick)
     writable_folder(out, DEMO_FILES)  # a file or a read-only place: one line now, not after training
     epochs = epochs or (QUICK_EPOCHS if quick else FULL_EPOCHS)
-    methods = demo_methods()
+    methods = demo_methods(QUICK_VIT_PATCH if quick else 1)
     eval_every = QUICK_EVAL_EVERY if quick else 1
     configs = [demo_config(m, epochs, seed, eval_every) for m in methods]
     for cfg in configs:  # every model builds and the data is there before anything trains
         validate(cfg)
+    check_same_demo(out, methods, configs)
     if short_run_caveat(epochs):
         print(f"convinit: warning: {short_run_caveat(epochs)}", file=sys.stderr)
     with continue_with(demo_command(out, quick, seed, epochs)):  # a stop says: rerun the demo
@@ -166,8 +194,20 @@ def demo_command(out: Path, quick: bool, seed: int, epochs: int) -> str:
     """The `convinit demo` command that continues this demo (finished methods are kept)."""
     if epochs != (QUICK_EPOCHS if quick else FULL_EPOCHS):  # other epochs are Python's alone
         return f"run_demo(out={str(out)!r}, seed={seed}, epochs={epochs})"
-    where = f" --out {out}" if out != Path(DEFAULT_OUT) else ""
+    where = f" --out {out}" if out != default_out(quick) else ""
     return f"convinit demo{where}" + (" --quick" if quick else "") + (f" --seed {seed}" if seed else "")
+
+
+def check_same_demo(out: Path, methods: list[DemoMethod], configs: list[TrainConfig]) -> None:
+    """Refuse, before anything trains, a folder whose runs another demo trained (`--quick` then the full
+    demo, another seed): skipped as finished, they would be reported as this demo's."""
+    for index, (method, cfg) in enumerate(zip(methods, configs, strict=True)):
+        saved = out / "runs" / f"{index}-{slug(method.label)}" / "config.yaml"
+        if saved.is_file() and (differ := config_differences(load_config(saved), cfg)):
+            raise ConfigError(
+                f"{out} holds another demo ({', '.join(differ)} differ from this one's): pass --out to write "
+                "this one elsewhere, or remove the folder"
+            )
 
 
 def train_methods(
@@ -225,6 +265,14 @@ def own_init(cfg: TrainConfig) -> str:
     return f"PyTorch default{fixed}"
 
 
+def vit_patches(records: list) -> str:
+    """The demo ViTs' patches and grid in words, read from the first run's saved config (what trained)."""
+    patch = load_config(records[0].run_dir / "config.yaml").model_args["patch_size"]
+    side = 8 // patch
+    size = "one-pixel patches" if patch == 1 else f"{patch}x{patch}-pixel patches"
+    return f"{size} ({side}x{side} grid of {side * side} tokens)"
+
+
 def write_demo_report(out: Path, epochs: int) -> Path:
     records = find_runs(out / "runs")
     rows = summarise(records)
@@ -260,7 +308,7 @@ def write_demo_report(out: Path, epochs: int) -> Path:
         f"test images. Every model: {epochs} epochs, batch 64, AdamW lr 1e-3 "
         f"({min(1.0, epochs / 4):g} warm-up epoch, cosine), weight decay "
         "0.05, no augmentation, seed "
-        f"{records[0].seed}. ViTs: one-pixel patches (8x8 grid of 64 tokens), width 64, depth 4, 4 heads; "
+        f"{records[0].seed}. ViTs: {vit_patches(records)}, width 64, depth 4, 4 heads; "
         "alpha-blend ViTs feed alpha*LN(x) + (1-alpha)*P to Q/K with alpha 0.1 (paper 1, Model I/II family); "
         "ConViT/DeiT: width 64, depth 4, 4 heads (ConViT: 3 GPSA + 1 MHSA); ConvMixer: width 64, depth 4, "
         "3x3 depthwise filters frozen to random impulses. Final-epoch test accuracy of one seed: differences "
