@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from convinit.analysis.init_summary import init_markdown, init_rows, positional_row
-from convinit.config import TrainConfig, build_config, config_differences, load_config
+from convinit.config import TrainConfig, build_config
 from convinit.errors import ConfigError
 from convinit.experiments.grid import slug
 from convinit.experiments.report import find_runs, plot_curves, resolution_note, summarise, test_images
+from convinit.experiments.runner import changed_runs, run_state
 from convinit.runs.provenance import provenance
 from convinit.runs.signals import continue_with
 from convinit.system.atomic import atomic_write_text, atomic_writer
@@ -198,26 +199,31 @@ def demo_command(out: Path, quick: bool, seed: int, epochs: int) -> str:
     return f"convinit demo{where}" + (" --quick" if quick else "") + (f" --seed {seed}" if seed else "")
 
 
+def run_folder(index: int, method: DemoMethod) -> str:
+    """A method's run folder under the demo's `runs/`: its place in the table, then its label."""
+    return f"{index}-{slug(method.label)}"
+
+
 def check_same_demo(out: Path, methods: list[DemoMethod], configs: list[TrainConfig]) -> None:
     """Refuse, before anything trains, a folder whose runs another demo trained (`--quick` then the full
     demo, another seed): skipped as finished, they would be reported as this demo's."""
-    for index, (method, cfg) in enumerate(zip(methods, configs, strict=True)):
-        saved = out / "runs" / f"{index}-{slug(method.label)}" / "config.yaml"
-        if saved.is_file() and (differ := config_differences(load_config(saved), cfg)):
-            raise ConfigError(
-                f"{out} holds another demo ({', '.join(differ)} differ from this one's): pass --out to write "
-                "this one elsewhere, or remove the folder"
-            )
+    planned = [
+        (run_folder(i, method), cfg) for i, (method, cfg) in enumerate(zip(methods, configs, strict=True))
+    ]
+    changed = changed_runs(out / "runs", planned)
+    if changed:
+        raise ConfigError(
+            f"{out} holds another demo ({', '.join(changed[0][1])} differ from this one's): pass --out to "
+            "write this one elsewhere, or remove the folder"
+        )
 
 
 def train_methods(
     out: Path, methods: list[DemoMethod], configs: list[TrainConfig], seed: int, progress: bool
 ) -> None:
     """Train each method into out/runs/<index>-<label>: finished ones skipped, stopped ones resumed."""
-    from convinit.experiments.runner import run_state
-
     for index, (method, cfg) in enumerate(zip(methods, configs, strict=True)):
-        run_dir = out / "runs" / f"{index}-{slug(method.label)}"
+        run_dir = out / "runs" / run_folder(index, method)
         if run_state(run_dir) == "finished":
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -267,7 +273,7 @@ def own_init(cfg: TrainConfig) -> str:
 
 def vit_patches(records: list) -> str:
     """The demo ViTs' patches and grid in words, read from the first run's saved config (what trained)."""
-    patch = load_config(records[0].run_dir / "config.yaml").model_args["patch_size"]
+    patch = records[0].config["model_args"]["patch_size"]
     side = 8 // patch
     size = "one-pixel patches" if patch == 1 else f"{patch}x{patch}-pixel patches"
     return f"{size} ({side}x{side} grid of {side * side} tokens)"

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from convinit.config import config_differences, load_config, save_config, say_notes
+from convinit.config import TrainConfig, config_differences, load_config, save_config, say_notes
 from convinit.errors import ConfigError, ConvinitError
 from convinit.experiments.grid import RunSpec
 from convinit.runs.checkpoint import latest_checkpoint
@@ -77,15 +77,25 @@ def record_failure(run_dir: Path, reason: str) -> str:
     return f"failed: {reason}"
 
 
+def changed_runs(out: Path, planned: Iterable[tuple[str, TrainConfig]]) -> list[tuple[str, list[str]]]:
+    """(folder, differing keys) of every existing run under `out` whose saved config differs from the
+    config planned for it: a finished one would be skipped and reported as the planned run."""
+    changed = []
+    for dirname, cfg in planned:
+        run_dir = out / dirname
+        if run_state(run_dir) != "new":
+            keys = config_differences(load_config(run_dir / "config.yaml"), cfg)
+            if keys:
+                changed.append((dirname, keys))
+    return changed
+
+
 def check_unchanged(runs: list[RunSpec], out: Path) -> None:
     """ConfigError naming every existing run whose saved config differs from the grid's."""
-    changed = []
-    for spec in runs:
-        run_dir = out / spec.dirname
-        if run_state(run_dir) != "new":
-            keys = config_differences(load_config(run_dir / "config.yaml"), spec.config)
-            if keys:
-                changed.append(f"{spec.dirname} ({', '.join(keys)})")
+    changed = [
+        f"{dirname} ({', '.join(keys)})"
+        for dirname, keys in changed_runs(out, [(spec.dirname, spec.config) for spec in runs])
+    ]
     if changed:
         shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
         raise ConfigError(
