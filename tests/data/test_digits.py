@@ -52,15 +52,60 @@ def test_digits_is_deterministic_across_calls(digits):
 
 
 def test_digits_are_read_once_per_process_and_each_load_gets_its_own_tensors(digits, monkeypatch):
-    """The demo opens digits 21 times: scikit-learn parses its file once, and a caller that writes into
-    its images changes no other caller's copy."""
-    import sklearn.datasets
+    """The demo opens digits 21 times: the file is parsed once, and a caller that writes into its images
+    changes no other caller's copy."""
+    import convinit.data.readers.digits as reader
 
-    def refuse():
+    def refuse(path):
         raise AssertionError("digits were parsed again")
 
-    monkeypatch.setattr(sklearn.datasets, "load_digits", refuse)
+    monkeypatch.setattr(reader, "read_table", refuse)
     first, second = load_dataset("digits"), load_dataset("digits")
     first.train_images[0] = 7
     assert torch.equal(second.train_images, digits.train_images)
     assert not torch.equal(first.train_images, digits.train_images)
+
+
+def test_the_stored_split_is_scikit_learns_stratified_split_row_for_row(digits):
+    """The split every digits result was made on: scikit-learn's train_test_split(train_size=1000,
+    stratify=labels, random_state=0), images and labels as load_digits gives them, in the file's order."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    images = torch.round(torch.as_tensor(bunch.images) * 255 / 16).to(torch.uint8)[:, None]
+    labels = torch.as_tensor(bunch.target, dtype=torch.int64)
+    train, test = train_test_split(np.arange(1797), train_size=1000, stratify=bunch.target, random_state=0)
+    train, test = torch.as_tensor(np.sort(train)), torch.as_tensor(np.sort(test))
+    assert torch.equal(digits.train_images, images[train]) and torch.equal(digits.train_labels, labels[train])
+    assert torch.equal(digits.test_images, images[test]) and torch.equal(digits.test_labels, labels[test])
+
+
+def test_reading_digits_imports_no_scikit_learn():
+    """scikit-learn's import takes a second and a half; its file is all digits needs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from convinit.data import load_dataset; load_dataset('digits'); "
+        "print('sklearn' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_a_digits_file_of_another_shape_is_refused_in_one_line(tmp_path):
+    import gzip
+
+    import pytest
+
+    import convinit.data.readers.digits as reader
+    from convinit.errors import DataError
+
+    path = tmp_path / "digits.csv.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("0," * 64 + "3\n")
+    with pytest.raises(DataError, match=r"holds a 1x65 table, not the 1797 rows") as caught:
+        reader.read_table(path)
+    assert "\n" not in str(caught.value)
