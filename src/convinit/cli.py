@@ -398,7 +398,7 @@ def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
     demo.add_argument(
         "--quick",
         action="store_true",
-        help="10 epochs instead of 20, the ViTs on 2x2-pixel patches (about a minute on one core)",
+        help="10 epochs instead of 20, the ViTs and ConvMixer on 2x2-pixel patches (a minute on one core)",
     )
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--no-progress", action="store_true")

@@ -13,7 +13,7 @@ from convinit.experiments.demo import (
     FULL_EPOCHS,
     QUICK_EPOCHS,
     QUICK_EVAL_EVERY,
-    QUICK_VIT_PATCH,
+    QUICK_PATCH,
     demo_methods,
     run_demo,
     short_run_caveat,
@@ -89,11 +89,14 @@ def test_quick_demo_evaluates_every_second_epoch(planned):
     assert {cfg.eval_every for cfg in planned[False]} == {1}
 
 
-def test_quick_demo_trains_its_vits_on_the_convits_4x4_grid_and_the_full_demo_on_one_pixel_patches(planned):
-    """What brings --quick within a minute on one core: its ViTs see 2x2-pixel patches, the 4x4 grid the
-    ConViT and DeiT see in both demos (a quarter of a one-pixel ViT's step); the full demo keeps 8x8."""
+def test_quick_demo_trains_every_model_on_the_convits_4x4_grid_and_the_full_demo_on_one_pixel_patches(
+    planned,
+):
+    """What brings --quick within a minute on one core: its ViTs and ConvMixer see 2x2-pixel patches, the
+    4x4 grid the ConViT and DeiT see in both demos (a quarter of a one-pixel ViT's step); the full demo
+    keeps the 8x8 grid for them."""
     patches = {q: [cfg.model_args["patch_size"] for cfg in configs] for q, configs in planned.items()}
-    assert patches[True] == [QUICK_VIT_PATCH] * 4 + [2, 2, 1] and QUICK_VIT_PATCH == 2
+    assert patches[True] == [QUICK_PATCH] * 7 and QUICK_PATCH == 2
     assert patches[False] == [1] * 4 + [2, 2, 1]
 
 
