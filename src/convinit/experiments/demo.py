@@ -286,6 +286,19 @@ def patches_in_words(records: list) -> str:
     return f"{size} ({side}x{side} grid of {side * side} tokens)"
 
 
+RESULT_COLUMNS = ("method", "parameters", "final_test_acc_mean", "epochs", "seconds", "images_per_s")
+
+
+def write_results_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    import csv
+
+    with atomic_writer(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(RESULT_COLUMNS)
+        for row in rows:
+            writer.writerow([row[c] for c in RESULT_COLUMNS])
+
+
 def write_demo_report(out: Path, epochs: int) -> Path:
     records = find_runs(out / "runs")
     rows = summarise(records)
@@ -294,14 +307,7 @@ def write_demo_report(out: Path, epochs: int) -> Path:
     plot_curves(records, out / "curves.png", f"convinit demo on digits: test accuracy, {epochs} epochs")
     with heap_frozen():  # drawing starts full collector passes over the models' objects (docs/speed.md)
         step0, figures = step0_and_figures(out, records)
-    import csv
-
-    columns = ["method", "parameters", "final_test_acc_mean", "epochs", "seconds", "images_per_s"]
-    with atomic_writer(out / "results.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow([row[c] for c in columns])
+    write_results_csv(out / "results.csv", rows)
     table = [
         "| method | parameters | final test acc (%) | epochs | seconds | images/s |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
