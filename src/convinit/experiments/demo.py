@@ -16,6 +16,7 @@ core (QUICK_PATCH).
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from dataclasses import dataclass
@@ -290,8 +291,6 @@ RESULT_COLUMNS = ("method", "parameters", "final_test_acc_mean", "epochs", "seco
 
 
 def write_results_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    import csv
-
     with atomic_writer(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(RESULT_COLUMNS)
