@@ -174,3 +174,70 @@ def test_paper1_grids_assign_filters_to_channels_at_random_with_replacement():
     layer = small("impulse", filter_heads=3, filter_assignment="random").spatial_layers()[0]
     filters = layer.weight.flatten(1)  # (C, k*k): 12 channels drawn from 3 distinct filters
     assert len({tuple(f.tolist()) for f in filters}) <= 3
+
+
+def test_learned_filter_heads_equal_a_depthwise_conv_whose_weights_are_the_expanded_bank():
+    layer = small("learned", filter_heads=3).spatial_layers()[0]
+    assert layer.filters.shape == (3, 1, 3, 3)
+    reference = nn.Conv2d(12, 12, 3, groups=12, padding=1)
+    with torch.no_grad():
+        reference.weight.copy_(layer.filters[torch.arange(12) % 3])  # balanced: channel c uses filter c mod 3
+        reference.bias.copy_(layer.bias)
+    x = torch.randn(2, 12, 4, 4)
+    assert torch.allclose(layer(x), reference(x), atol=1e-6)
+
+
+def test_learned_filter_heads_gradients_flow_into_the_heads_filters_only():
+    layer = small("learned", filter_heads=3).spatial_layers()[0]
+    assert [name for name, _ in layer.named_parameters()] == ["filters", "bias"]
+    reference = nn.Conv2d(12, 12, 3, groups=12, padding=1)
+    with torch.no_grad():
+        reference.weight.copy_(layer.weight)
+        reference.bias.copy_(layer.bias)
+    x = torch.randn(2, 12, 4, 4)
+    layer(x).square().sum().backward()
+    reference(x).square().sum().backward()
+    per_channel = reference.weight.grad  # (C, 1, k, k): a filter's gradient sums its channels'
+    expected = torch.stack([per_channel[head::3].sum(0) for head in range(3)])
+    assert torch.allclose(layer.filters.grad, expected, atol=1e-5)
+    assert torch.allclose(layer.bias.grad, reference.bias.grad, atol=1e-5)
+
+
+def test_learned_filter_heads_follow_the_fixed_modes_assignment_rules():
+    balanced = small("learned", filter_heads=5).spatial_layers()[0]
+    assert torch.equal(balanced.head_of_channel, torch.arange(12) % 5)
+    drawn = small("learned", filter_heads=3, filter_assignment="random").spatial_layers()[0]
+    assert drawn.weight.shape == (12, 1, 3, 3) and set(drawn.head_of_channel.tolist()) <= {0, 1, 2}
+    for channel, head in enumerate(drawn.head_of_channel.tolist()):
+        assert torch.equal(drawn.weight[channel], drawn.filters[head])
+
+
+def test_learned_filter_heads_at_the_width_is_the_ordinary_learned_conv():
+    plain, full = small("learned"), small("learned", filter_heads=12)
+    assert isinstance(full.spatial_layers()[0], nn.Conv2d)
+    assert plain.state_dict().keys() == full.state_dict().keys()
+    assert all(torch.equal(plain.state_dict()[k], full.state_dict()[k]) for k in plain.state_dict())
+
+
+def test_learned_filter_heads_count_heads_times_taps_spatial_weights_per_layer():
+    def count(model: nn.Module) -> int:
+        return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+    per_layer_saved = 12 * 9 - 3 * 9  # (C - heads) * k * k fewer spatial weights in each of the 2 layers
+    assert count(small("learned")) - count(small("learned", filter_heads=3)) == 2 * per_layer_saved
+
+
+def test_learned_filter_heads_start_shared_across_layers_and_run_channels_last():
+    model = small("learned", filter_heads=3, share_filters_across_layers=True)
+    first, second = model.spatial_layers()
+    assert torch.equal(first.filters, second.filters) and first.filters is not second.filters
+    x = torch.randn(2, 1, 8, 8)
+    assert torch.allclose(model(x), model.to(memory_format=torch.channels_last)(x), atol=1e-5)
+
+
+def test_a_grid_row_sets_filter_heads_on_the_users_convmixer():
+    from convinit.config.train_config import resolve_config
+
+    cfg = resolve_config("own_models/convmixer_small", ["model_args.filter_heads=4"])
+    model = create_model(cfg.model, num_classes=10, img_size=28, in_chans=1, **cfg.model_args)
+    assert all(layer.filters.shape == (4, 1, 5, 5) for layer in model.spatial_layers())

@@ -12,7 +12,8 @@ Stem: Conv(p x p, stride p) -> GELU -> BN. Head: global average pool -> Linear. 
 
 The spatial (depthwise) step is what the experiments vary:
 
-- `learned`: the default depthwise conv, trained (plain ConvMixer).
+- `learned`: the default depthwise conv, trained (plain ConvMixer); with `filter_heads` H below the width,
+  H trained filters shared out over the channels (`SharedFilterConv`: Table 6's construction, trained).
 - `random`: the default init, frozen.
 - `impulse`: one tap = 1 at a uniformly random kernel position, frozen.
 - `box-N`: N distinct random taps = 1 (`box-{k*k}`, alias `ones`, is the all-ones filter), frozen.
@@ -35,6 +36,7 @@ import re
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from convinit.errors import ConfigError
 from convinit.models.filters import assign_heads, check_kernel_size, filter_bank, fixed_filter_scale
@@ -111,6 +113,35 @@ class TokenMixing(nn.Module):
         return out.reshape(batch, channels, height, width) + self.bias[:, None, None]
 
 
+class SharedFilterConv(nn.Module):
+    """A trained depthwise conv with `heads` distinct filters shared out over the channels.
+
+    Paper 1's Table 6 construction, trained instead of frozen (docs/method.md §1.3): one parameter
+    `filters` (heads, 1, k, k), expanded to the channels' (C, 1, k, k) bank in the forward pass by
+    `head_of_channel` (the rules of `assign_heads`), so a channel group's gradients sum into its one
+    filter. Weights trained per layer: heads * k * k spatial weights plus the C per-channel biases (not
+    C * k * k). Initialised as nn.Conv2d's default depthwise conv (kaiming uniform, a = sqrt(5), fan-in k*k).
+    """
+
+    def __init__(self, dim: int, kernel_size: int, heads: int, assignment: str = "balanced"):
+        super().__init__()
+        self.padding = kernel_size // 2
+        self.filters = nn.Parameter(torch.empty(min(heads, dim), 1, kernel_size, kernel_size))
+        self.bias = nn.Parameter(torch.empty(dim))
+        self.register_buffer("head_of_channel", assign_heads(dim, heads, assignment))  # (C,)
+        if not self.filters.is_meta:  # meta: shapes only, no values
+            nn.init.kaiming_uniform_(self.filters, a=math.sqrt(5))
+            nn.init.uniform_(self.bias, -1.0 / kernel_size, 1.0 / kernel_size)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The (C, 1, k, k) depthwise bank the layer applies: channel c's row is filter head_of_channel[c]."""
+        return self.filters[self.head_of_channel]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(x, self.weight, self.bias, padding=self.padding, groups=x.shape[1])
+
+
 class SoftmaxConv(nn.Conv2d):
     """Depthwise conv whose filters are softmax(weights) over the k*k taps (the official `softmax` mode)."""
 
@@ -141,10 +172,14 @@ def spatial_layer(
     paper1: bool,
     assignment: str = "balanced",
 ) -> nn.Module:
-    """One block's spatial step for an already-parsed mode; fixed modes frozen (paper1: bias too)."""
+    """One block's spatial step for an already-parsed mode; fixed modes frozen (paper1: bias too).
+
+    `learned` with `heads` at least `dim` is the ordinary per-channel conv, whatever the assignment."""
     if mode in ("perm", "fullperm"):
         scale = PAPER1_SCALE if paper1 else math.sqrt(1.0 / kernel_size)
         layer = TokenMixing(dim, grid, heads, full=mode == "fullperm", scale=scale, assignment=assignment)
+    elif mode == "learned" and heads < dim:  # fewer trained filters than channels (Table 6, trained)
+        return SharedFilterConv(dim, kernel_size, heads, assignment)
     else:
         kind = SoftmaxConv if mode == "softmax" else nn.Conv2d
         layer = kind(dim, dim, kernel_size, groups=dim, padding=kernel_size // 2)
