@@ -1,8 +1,9 @@
 """convinit: Vision Transformers with a convolutional inductive bias, for small datasets.
 
 Public API: `create_model`, `list_models`, `initialize`, `convert`, `recommend`, `from_pretrained`,
-`save_pretrained`, `list_datasets`, `load_dataset`, `record_attention`. Each is imported on first use, so that
-`import convinit` (and `convinit --help`, `models`, `configs`, `datasets`) does not import torch.
+`save_pretrained`, `list_datasets`, `load_dataset`, `record_attention`, `vit_or_cnn`. Each is imported on
+first use, so that `import convinit` (and `convinit --help`, `models`, `configs`, `datasets`) does not
+import torch.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ _EXPORTS = {
     "save_pretrained": "convinit.models.pretrained",
     "list_datasets": "convinit.data.datasets",
     "load_dataset": "convinit.data.datasets",
+    "vit_or_cnn": "convinit.experiments.vit_or_cnn",
 }
 
 timm_registry.install()  # convinit_<name> models in timm's registry once timm is imported

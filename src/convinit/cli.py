@@ -270,6 +270,17 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
     return grid_exit_code(outcome)
 
 
+def cmd_vit_or_cnn(args: argparse.Namespace) -> int:
+    from convinit.experiments.vit_or_cnn import vit_or_cnn
+
+    out = args.out or Path("runs") / "vit-or-cnn"
+    _, lines, outcome = vit_or_cnn(
+        args.overrides, out, seed_list(args.seeds), args.epochs, args.quick, args.jobs, not args.no_progress
+    )
+    print("\n".join(lines))
+    return grid_exit_code(outcome)
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     from convinit.experiments.attention_figures import analyze_run
 
@@ -442,6 +453,37 @@ def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
     add_results_parser(sub)
 
     add_efficiency_parser(sub, launch)
+    add_vit_or_cnn_parser(sub)
+
+
+def add_vit_or_cnn_parser(sub: argparse._SubParsersAction) -> None:
+    """vit-or-cnn: the recommended ViT against the CNN of its size on one's data, with a verdict."""
+    compare = sub.add_parser(
+        "vit-or-cnn",
+        help="ViT or CNN for my images? the recommended ViT against a ConvMixer of its size, with a verdict",
+        epilog="example: convinit vit-or-cnn dataset=folder data_dir=photos --quick",
+    )
+    compare.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE",
+        help="the data (dataset=folder data_dir=DIR; default: digits), model=timm:NAME for your own ViT, and "
+        "keys both rows share (img_size=, hflip=, lr=)",
+    )  # fmt: skip
+    compare.add_argument(
+        "--out", type=Path, help="the comparison's folder (default runs/vit-or-cnn); reruns continue"
+    )
+    compare.add_argument(
+        "--quick", action="store_true", help="3 seeds, an eighth of the steps: a first answer"
+    )
+    compare.add_argument(
+        "--seeds", help="N (seeds 0..N-1) or a list 0,1,2 (default: 5, or 3 above 5,000 images)"
+    )
+    compare.add_argument(
+        "--epochs", type=int, help="epochs for both, never extended (default: from the data's size, doubled "
+        "while a row still learns)"
+    )  # fmt: skip
+    compare.add_argument("--jobs", type=int, default=1, help="runs at once (subprocesses)")
+    compare.add_argument("--no-progress", action="store_true")
+    compare.set_defaults(func=cmd_vit_or_cnn)
 
 
 def add_efficiency_parser(sub: argparse._SubParsersAction, launch: argparse.ArgumentParser) -> None:
@@ -537,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # commands whose KEY=VALUE overrides are config keys, so `--epochs 3` can mean `epochs=3`
-OVERRIDE_COMMANDS = ("train", "reproduce", "efficiency")
+OVERRIDE_COMMANDS = ("train", "reproduce", "efficiency", "vit-or-cnn")
 
 
 def key_options_as_overrides(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:

@@ -19,6 +19,7 @@ SHRINK = {
     "train": ["epochs=1", "eval_every=0", "per_class=4"],
     "reproduce": ["epochs=1", "eval_every=0", "train_fraction=0.05"],  # wins over a row's own fraction
     "efficiency": ["epochs=1", "eval_every=0"],  # it sets train_fraction itself
+    "vit-or-cnn": ["--epochs", "1", "per_class=4"],  # the last --epochs wins; 4 images of each class
     "bench": ["--models", "simplevit", "--repeats", "1", "--warmup", "0", "--batch-size", "4", "--no-timm",
               "--no-pipeline", "--no-costs", "--stream-workers="],
 }  # fmt: skip
@@ -40,7 +41,8 @@ def shrink(argv: list[str]) -> list[str]:
             continue  # ours replaces it; scaled epochs would undo epochs=1
         else:
             out.append(item)
-    if argv[0] in ("reproduce", "efficiency") and not any(a.split("=")[0] == "--seeds" for a in argv):
+    grids = ("reproduce", "efficiency", "vit-or-cnn")
+    if argv[0] in grids and not any(a.split("=")[0] == "--seeds" for a in argv):
         out += ["--seeds", "1"]  # a grid's own seeds (3 for most): one seed runs every row
     if argv[0] == "train" and any(item.startswith("train_fraction=") for item in argv):
         return out + [o for o in SHRINK["train"] if not o.startswith("per_class=")]
