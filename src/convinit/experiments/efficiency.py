@@ -14,9 +14,9 @@ import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from convinit.config import merge, resolve_config
+from convinit.config import merge, resolve_config, say_once
 from convinit.data.datasets import load_dataset
 from convinit.data.recipe import DataRecipe
 from convinit.data.source import drops_last_batch
@@ -25,6 +25,9 @@ from convinit.errors import ConfigError
 from convinit.experiments.grid import RunSpec, flatten, slug
 from convinit.experiments.report import RunRecord, find_runs, resolution_note, test_images
 from convinit.train.plan import data_recipe
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -42,6 +45,31 @@ def scaled_epochs(epochs: int, full_steps: int, steps: int) -> int:
     optimisation steps, to the nearest whole epoch. By steps, not by 1/fraction: 30 of 120 images at
     batch 64 is one step per epoch against two, so 1/fraction (4x) would give the subset twice the steps."""
     return max(1, round(epochs * full_steps / steps))
+
+
+def fitting_per_class(
+    per_class: int | None, by_user: bool, labels: torch.Tensor, classes: list[str], method: str, preset: str
+) -> int | None:
+    """`per_class` if every class holds that many training images. A preset's that some class cannot hold
+    (own_models/*'s 100 per class on a folder of 48) is dropped, with one line, so that the method trains
+    on every image instead of failing each run; the user's own is refused in one line before any run."""
+    if per_class is None:
+        return None
+    counts = labels.bincount(minlength=len(classes)).tolist()
+    smallest = min(range(len(counts)), key=counts.__getitem__)
+    if counts[smallest] >= per_class:
+        return per_class
+    where = f"class {classes[smallest]!r} has only {counts[smallest]} training images"
+    if by_user:
+        raise ConfigError(
+            f"--method {method}: per_class={per_class} but {where}; lower per_class (at most "
+            f"{counts[smallest]}) or drop it to train on every image"
+        )
+    say_once(
+        f"--method {method}: per_class={per_class} of preset {preset!r} is more than the data holds "
+        f"({where}): its runs train on all {len(labels):,} training images; set per_class= to choose"
+    )
+    return None
 
 
 def efficiency_runs(
@@ -64,15 +92,26 @@ def efficiency_runs(
         except ConfigError as exc:  # name the method: several may share a preset
             raise ConfigError(f"--method {label}: {exc}") from exc
         recipe = data_recipe(base)
-        labels = load_dataset(base.dataset, base.data_dir, base.download, **recipe.options).train_labels
-        full_steps = steps_per_epoch(recipe, len(stratified_subset(labels, 1.0, None, 0, base.subset_order)))
+        data = load_dataset(base.dataset, base.data_dir, base.download, **recipe.options)
+        labels, given = data.train_labels, {**method_overrides, **overrides}
+        per_class = fitting_per_class(
+            base.per_class, "per_class" in given, labels, data.classes, label, preset
+        )
+        full = len(stratified_subset(labels, None, per_class, 0, base.subset_order))
+        full_steps = steps_per_epoch(recipe, full)
         for fraction in fractions:
             if not 0 < fraction <= 1:
                 raise ConfigError(f"fractions must be in (0, 1], got {fraction}")
-            n_images = len(stratified_subset(labels, fraction, None, 0, base.subset_order))
+            n_images = (
+                full
+                if fraction == 1
+                else len(stratified_subset(labels, fraction, None, 0, base.subset_order))
+            )
             steps = steps_per_epoch(recipe, n_images)
             epochs = scaled_epochs(base.epochs, full_steps, steps) if scale_epochs else base.epochs
             changes = {"train_fraction": None if fraction == 1 else fraction, "epochs": epochs}
+            if per_class != base.per_class:  # the preset's subset, more than the data holds: every image
+                changes["per_class"] = per_class
             for seed in seeds:
                 cfg = resolve_config(
                     preset, merge(merge(method_overrides, overrides), {**changes, "seed": seed})

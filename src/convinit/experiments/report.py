@@ -178,7 +178,9 @@ def read_run(run_dir: Path, root: Path) -> RunRecord | str:
     of a 20-epoch run."""
     if not (run_dir / "finished.json").exists():
         failed = (run_dir / "failed.json").exists()
-        return "it failed (see its failed.json)" if failed else "it is not finished (no finished.json)"
+        if failed:
+            return f"it failed: {failure_reason(run_dir / 'failed.json').splitlines()[0]} (its failed.json)"
+        return "it is not finished (no finished.json)"
     for name in ("config.yaml", "metrics.jsonl"):
         if not (run_dir / name).exists():
             return f"it is finished but has no {name}; restore it from a copy or rerun the run"
@@ -224,12 +226,18 @@ def find_failed(root: Path) -> list[tuple[str, int, str]]:
         if (run_dir / "finished.json").exists():
             continue
         experiment = read_experiment(run_dir)
-        try:
-            reason = str(json.loads(read_capped(path)).get("reason", "unknown"))[:500]
-        except (ValueError, AttributeError, RecursionError):
-            reason = "unknown (failed.json is damaged)"
+        reason = failure_reason(path)
         failures.append((run_label(run_dir, root, experiment), int(experiment.get("seed", 0)), reason))
     return failures
+
+
+def failure_reason(path: Path) -> str:
+    """The reason a failed.json records (`runner.record_failure`), at most 500 characters; never empty."""
+    try:
+        reason = str(json.loads(read_capped(path)).get("reason", "unknown"))[:500]
+    except (ConfigError, OSError, ValueError, AttributeError, RecursionError):  # too large, unreadable
+        reason = "unknown (failed.json is damaged)"
+    return reason.strip() or "unknown (failed.json gives no reason)"
 
 
 def group_runs(records: list[RunRecord]) -> list[tuple[str, list[RunRecord]]]:

@@ -33,7 +33,7 @@ from convinit.errors import ConfigError
 from convinit.experiments.efficiency import efficiency_runs, steps_per_epoch
 from convinit.experiments.grid import RunSpec
 from convinit.experiments.paired import PairedDifference, paired_difference
-from convinit.experiments.report import RunRecord, find_runs, test_images, write_report
+from convinit.experiments.report import RunRecord, find_failed, find_runs, test_images, write_report
 from convinit.experiments.results_page import (
     EQUIVALENCE_MARGIN,
     late_loss_change,
@@ -246,6 +246,8 @@ def train_comparison(plan: ComparisonPlan, out: Path, jobs: int, progress: bool,
         folder = out / f"epochs{epochs}"
         outcome = run_grid(comparison_runs(plan, epochs), folder, "local", jobs, progress)
         records = find_runs(folder, skipped=[])
+        for label, seed, reason in find_failed(folder):  # why, on the terminal: not only in failed.json
+            print(f"failed: the {label}, seed {seed}: {reason.splitlines()[0]}")
         learning = still_learning(records)
         if not learning or plan.epochs_fixed or quick or doublings == DOUBLINGS or failed(outcome):
             return folder, records, outcome, learning
