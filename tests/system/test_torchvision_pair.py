@@ -104,3 +104,58 @@ def test_the_right_release_of_another_build_is_to_be_reinstalled(
         in (str(info.value))
     )
     assert not (tmp_path / "run").exists()
+
+
+def mismatched(monkeypatch, torch: str, vision: str) -> None:
+    """The installed pair as its version strings say (the build tag of each included)."""
+    monkeypatch.setattr(torchvision_pair, "installed_version", {"torch": torch, "torchvision": vision}.get)
+    monkeypatch.setattr(torchvision_pair, "torch_version", lambda: torch)
+    monkeypatch.setattr(torchvision_pair, "torchvision_version", lambda: vision)
+
+
+@pytest.mark.parametrize(
+    ("torch", "vision", "disagree"),
+    [
+        ("2.13.0+cpu", "0.28.0", True),  # the issue's pair: CPU torch, the default index's CUDA torchvision
+        ("2.13.0+cpu", "0.28.0+cu128", True),
+        ("2.14.1+cu130", "0.29.1+cpu", True),
+        ("2.14.1+cpu", "0.30.0+cpu", True),  # another release
+        ("2.14.1+cpu", "0.29.1+cpu", False),  # both from the CPU index
+        ("2.14.1+cu130", "0.29.1+cu130", False),  # both from the default index
+        ("2.14.1", "0.29.1+cu130", False),  # torch not imported yet: its metadata has no tag
+    ],
+)
+def test_a_pair_of_another_release_or_device_build_is_told_from_the_version_strings(
+    monkeypatch, torch, vision, disagree
+):
+    mismatched(monkeypatch, torch, vision)
+    assert torchvision_pair.pair_disagrees() is disagree
+
+
+def test_the_fix_names_the_default_index_pair_for_where_the_cpu_index_cannot_be_reached(monkeypatch):
+    mismatched(monkeypatch, "2.13.0+cpu", "0.28.0")
+    message = torchvision_pair.pair_message(RuntimeError(BROKEN))
+    assert "\n" not in message and "torchvision 0.28.0 does not work with torch 2.13.0+cpu" in message
+    cpu_index = "https://download.pytorch.org/whl/cpu"
+    assert f"`pip install --force-reinstall torchvision==0.28.0 --index-url {cpu_index}`" in message
+    assert message.endswith(
+        "where that index cannot be reached, the default index's pair: "
+        "`pip uninstall -y torch torchvision && pip install torch==2.13.0 torchvision==0.28.0`"
+    )
+    mismatched(monkeypatch, "2.5.1", "0.30.0")  # torch from the default index: its own fix is that index
+    assert "cannot be reached" not in torchvision_pair.pair_message(RuntimeError(BROKEN))
+
+
+def test_a_cpu_torch_beside_the_default_indexs_torchvision_warns_once_for_runs_that_do_not_use_it(
+    broken_torchvision, monkeypatch, capsys
+):
+    """The demo's case: its runs never import torchvision; a broken pair of the same release is one line."""
+    mismatched(monkeypatch, "2.13.0+cpu", "0.28.0")
+    monkeypatch.setattr(torchvision_pair, "_WARNED", set())
+    torchvision_pair.check_pair(None)
+    torchvision_pair.check_pair(None)  # the next run of the same demo or grid: said already
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("convinit: warning: torchvision 0.28.0 does not work with torch 2.13.0+cpu")
+    assert "pip install torch==2.13.0 torchvision==0.28.0" in line and line.endswith(
+        "(this run does not use it)"
+    )
