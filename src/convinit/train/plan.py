@@ -46,7 +46,7 @@ from convinit.models.external import build_model_by_name
 from convinit.train.device import autocast_dtype, memory_format, resolve_device
 from convinit.train.distributed import under_torchrun
 from convinit.train.memory_guard import largest_batch
-from convinit.train.recommendation import recipe_refusal
+from convinit.train.recommendation import kernel_note, recipe_kernel, recipe_refusal
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,9 @@ def resolve_plan(cfg: TrainConfig, device: torch.device | None = None) -> RunPla
 def settled(cfg: TrainConfig, shape: DataShape) -> tuple[TrainConfig, str | None]:
     """`cfg` as it trains on data of `shape`: a run that got the recommended recipe (`recommended:
     applied`, convinit.config.recommendation) whose model refuses it trains the model as it is, at random
-    init (`recommended: none`), and the refusal says why; any other run is `cfg` itself.
+    init (`recommended: none`), and the refusal says why; on a grid too small for impulse's 5x5 kernel but
+    not for a 3x3 one the recipe trains with init_args.kernel_size=3 (`recipe_kernel`), saved with the run;
+    any other run is `cfg` itself.
 
     Decided on the meta device, before any weight is drawn. A model whose own arguments fail is left to
     validation's check, which names them."""
@@ -219,9 +221,12 @@ def settled(cfg: TrainConfig, shape: DataShape) -> tuple[TrainConfig, str | None
             plain = ModelSpec(cfg.model, cfg.model_args, shape).construct()
     except Exception:
         return cfg, None
+    kernel = None if "kernel_size" in cfg.init_args else recipe_kernel(plain)  # read before converting
     reason = recipe_refusal(plain, conversion_in(cfg), cfg.init_args.get("kernel_size"))
     if reason is None:
-        return cfg, None
+        return (
+            cfg if kernel is None else replace(cfg, init_args={**cfg.init_args, "kernel_size": kernel})
+        ), None
     as_it_is = dict(convert=None, convert_args={}, init="random", init_args={}, recommended="none")
     return replace(cfg, **as_it_is), reason
 
@@ -229,9 +234,10 @@ def settled(cfg: TrainConfig, shape: DataShape) -> tuple[TrainConfig, str | None
 def recipe_note(plan: RunPlan) -> str:
     """The one line on a run that got the recommended recipe: applied, or not applied and why."""
     model = plan.cfg.model
-    return (
-        applied_note(model) if plan.recipe_refused is None else not_applied_note(model, plan.recipe_refused)
-    )
+    if plan.recipe_refused is not None:
+        return not_applied_note(model, plan.recipe_refused)
+    kernel = plan.cfg.init_args.get("kernel_size")  # set on a recipe only where it adapted to the grid
+    return applied_note(model) + (f"; {kernel_note(kernel)}" if kernel else "")
 
 
 def conversion_in(cfg: TrainConfig) -> Conversion | None:

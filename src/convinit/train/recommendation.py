@@ -6,8 +6,10 @@ timm ViT trained from scratch on 1,000 images: paper 1's Q/K blend with content 
 by default (`recommended=auto`); `convinit.recommend(model)` names it for a model of one's own.
 
 A model that cannot take it (another architecture, RoPE, a patch grid that is not fixed, a width the
-blend's sin-cos table cannot split, a grid too small for impulse's 5x5 kernel) is named by the one line
-`convert` or impulse would refuse it with, found before any weight is drawn (`recipe_refusal`).
+blend's sin-cos table cannot split, a grid too small for even a 3x3 kernel) is named by the one line
+`convert` or impulse would refuse it with, found before any weight is drawn (`recipe_refusal`). On a grid
+that impulse's 5x5 kernel does not fit but a 3x3 one does (a 2x2 grid), the recipe adapts its kernel
+(`recipe_kernel`: init_args.kernel_size=3) instead of declining, and says so in one line.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from convinit.config.recommendation import EXTERNAL, RECOMMENDED, WHAT, as_overr
 from convinit.errors import ConfigError
 from convinit.init.schemes.impulse import ImpulseOptions
 from convinit.models.convert import Conversion, conversion_of, convert, host_layers
-from convinit.models.filters import check_kernel_fits
+from convinit.models.filters import Grid, check_kernel_fits
 
 # The grid's figures (users-vit-end: timm's ViT, width 64, depth 4, 7x7 grid, 1,000 Fashion-MNIST images,
 # 100 epochs, 5 seeds; users-vit-end-30: 30 images per class; vit-vs-cnn: the same ViT and the CNN with
@@ -37,6 +39,7 @@ EVIDENCE = (
     "72.53 +- 1.79 % against 75.17 +- 0.54 % at 300 (-2.63 [-4.63, -0.64])"
 )
 SOURCE = "docs/results.md, grids users-vit-end, users-vit-end-30 and vit-vs-cnn"
+SMALL_GRID_KERNEL = 3  # the recipe's impulse kernel where its 5x5 one does not fit the token grid
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,12 @@ def recommend(model: nn.Module | str) -> Recommendation:
         raise ConfigError(f"recommend takes a torch.nn.Module or a model name, got {type(model).__name__}")
     if found is not None:
         return Recommendation(reason=f"the recommended recipe ({WHAT}) does not apply: {found}")
-    return Recommendation(dict(RECOMMENDED), f"{WHAT}, the best ViT row of {SOURCE}: {EVIDENCE}")
+    reason = f"{WHAT}, the best ViT row of {SOURCE}: {EVIDENCE}"
+    kernel = recipe_kernel(model) if isinstance(model, nn.Module) else None
+    if kernel is None:
+        return Recommendation(dict(RECOMMENDED), reason)
+    init_args = {**RECOMMENDED["init_args"], "kernel_size": kernel}
+    return Recommendation({**RECOMMENDED, "init_args": init_args}, f"{kernel_note(kernel)}; {reason}")
 
 
 def recipe_refusal(
@@ -91,7 +99,41 @@ def recipe_refusal(
         grid = host_layers(model)[2]
         if conversion is not None:
             convert(model, **conversion.to_dict())
-        check_kernel_fits(kernel_size or ImpulseOptions.kernel_size, grid, "impulse kernel_size")
+        size = kernel_size or kernel_for(grid) or ImpulseOptions.kernel_size
+        check_kernel_fits(size, grid, "impulse kernel_size")
     except ConfigError as exc:
         return str(exc)
     return None
+
+
+def kernel_for(grid: Grid) -> int | None:
+    """SMALL_GRID_KERNEL where impulse's default kernel does not fit `grid` and it does (a 2x2 grid:
+    a 5x5 kernel's outer taps point outside it from every token), else None (the default, or no kernel
+    fits and impulse's refusal names the default)."""
+
+    def fits(size: int) -> bool:
+        try:
+            check_kernel_fits(size, grid)
+        except ConfigError:
+            return False
+        return True
+
+    return SMALL_GRID_KERNEL if fits(SMALL_GRID_KERNEL) and not fits(ImpulseOptions.kernel_size) else None
+
+
+def recipe_kernel(model: nn.Module) -> int | None:
+    """The impulse kernel the recipe adapts to `model`'s token grid (`kernel_for`), or None: the default,
+    or a model `recipe_refusal` names. Read before any conversion; the model is not changed."""
+    try:
+        return kernel_for(host_layers(model)[2])
+    except ConfigError:
+        return None
+
+
+def kernel_note(kernel_size: int) -> str:
+    """The one line on a recipe whose kernel adapted to a small grid."""
+    default = ImpulseOptions.kernel_size
+    return (
+        f"impulse init with a {kernel_size}x{kernel_size} kernel (init_args.kernel_size={kernel_size}): "
+        f"its {default}x{default} kernel does not fit this model's token grid"
+    )
