@@ -41,7 +41,7 @@ from convinit.train.optim import build_optimizer, build_scheduler
 from convinit.train.plan import DataShape, RunPlan, recipe_note
 from convinit.train.run_state import TrainState
 from convinit.train.step import DeviceEMA, StepParts, StepTotals
-from convinit.train.teacher import load_teacher
+from convinit.train.teacher import check_teacher, load_teacher
 from convinit.train.threads import ThreadChoice, record_threads, set_run_threads
 
 TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
@@ -192,13 +192,19 @@ def step_parts(plan: RunPlan, data: DataSource, model: nn.Module, ddp: Distribut
 def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: DistributedContext) -> Run:
     """Every part of the run `plan` describes, restored from its newest intact checkpoint when resuming."""
     cfg, device = plan.cfg, plan.device
+    # every check that can refuse comes before the folder is emptied (--overwrite) or written: the
+    # teacher on the shape the plan knows, then on the data's own once read
+    if not resume:
+        check_teacher(cfg.teacher, plan.shape)
+    threads = begin(plan, run_dir, resume, ddp.rank)
+    data = open_data(plan, ddp.rank, ddp.world_size)
+    if not resume and plan.shape is None:
+        check_teacher(cfg.teacher, source_shape(data))
     if not resume and ddp.is_main:
         prepare_run_dir(run_dir, overwrite)
         save_config(cfg, run_dir / "config.yaml")
         atomic_write_text(run_dir / "provenance.json", json.dumps(provenance(), indent=1))
     barrier(ddp)
-    threads = begin(plan, run_dir, resume, ddp.rank)
-    data = open_data(plan, ddp.rank, ddp.world_size)
     if plan.shape is None:  # an unread set: the model is planned on the shape read, the recipe checked on it
         plan = settled_on_data(plan, source_shape(data), run_dir, resume, ddp.is_main)
         cfg = plan.cfg

@@ -47,6 +47,7 @@ from convinit.train.plan import RunPlan
 from convinit.train.rng import seed_rank_epoch
 from convinit.train.run_builder import Run, build_run
 from convinit.train.step import train_step
+from convinit.train.teacher import refuse_own_teacher
 from convinit.train.validation import validate
 
 
@@ -87,6 +88,8 @@ def train(
         check_run_dir_path(Path(run_dir))
     # a new run is planned before its directory is created: a refused run leaves nothing behind
     plan = None if resume else validate(cfg)
+    if plan is not None and run_dir is not None:
+        refuse_own_teacher(cfg.teacher, Path(run_dir))
     owner = own_run_dir(Path(run_dir)) if run_dir is not None and is_main_rank() else nullcontext()
     with owner, stop_outside_the_loop(run_dir):
         if resume:  # the run's own saved config, read while this process owns the run
