@@ -205,7 +205,7 @@ def test_slurm_launcher_runs_each_grid_run_as_a_requeueable_submitit_job(experim
 
     spec = expand(str(experiment_file), "small", seeds=[0])[0]
     run_dir = tmp_path / "out" / spec.dirname
-    write_experiment_record(spec, run_dir)  # what run_grid does before handing runs to a launcher
+    write_experiment_record(spec, run_dir, tmp_path / "out")  # as run_grid does before a launcher
     save_config(spec.config, run_dir / "config.yaml")
     job = submit_slurm([run_dir], tmp_path / "out", cluster="local")[str(run_dir)]
     assert job.result()["epoch"] == 1

@@ -36,7 +36,7 @@ from convinit.analysis.gates import gate_values
 from convinit.analysis.locality import attention_maps, model_grid, patch_attention
 from convinit.errors import ConfigError
 from convinit.runs.metrics import read_metrics as run_metrics
-from convinit.system.atomic import atomic_writer
+from convinit.system.atomic import atomic_writer, make_folder
 
 Records = Sequence[Mapping[str, Any]]
 ALL_LAYERS_UP_TO = 6  # attention maps show every layer up to this depth, beyond it first, middle and last
@@ -306,7 +306,7 @@ def render_run_analysis(
     metrics = run_dir / "metrics.jsonl"
     if model is None and not metrics.is_file():
         raise ConfigError(f"no metrics.jsonl in {run_dir}; pass a run directory (or a model to plot)")
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out, inside=run_dir)  # a received run folder's `analysis` link is never written through
     written = []
     if metrics.is_file():
         records = read_metrics(metrics)

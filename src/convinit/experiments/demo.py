@@ -31,7 +31,7 @@ from convinit.experiments.report import find_runs, plot_curves, resolution_note,
 from convinit.experiments.runner import changed_runs, run_state
 from convinit.runs.provenance import provenance
 from convinit.runs.signals import continue_with
-from convinit.system.atomic import atomic_write_text, atomic_writer
+from convinit.system.atomic import atomic_write_text, atomic_writer, make_folder
 from convinit.system.folder_publish import writable_folder
 from convinit.system.heap import heap_frozen
 from convinit.train import train, validate
@@ -233,7 +233,7 @@ def train_methods(
         run_dir = out / "runs" / run_folder(index, method)
         if run_state(run_dir) == "finished":
             continue
-        run_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(run_dir, inside=out)  # neither `runs` nor a method's folder may be a link
         atomic_write_text(  # never through a link the folder may hold
             run_dir / "experiment.json",
             json.dumps(

@@ -36,7 +36,7 @@ from convinit.runs.ownership import own_run_dir
 from convinit.runs.provenance import provenance
 from convinit.runs.signals import RunInterrupted
 from convinit.system import parent_death as lifetime
-from convinit.system.atomic import atomic_write_text
+from convinit.system.atomic import atomic_write_text, make_folder
 from convinit.train import train
 from convinit.train.threads import CONCURRENT_RUNS_ENV
 
@@ -56,8 +56,8 @@ def start_outcome(run_dir: Path) -> str:
     return "trained" if checkpoint is None else f"resumed from {checkpoint.name}"
 
 
-def write_experiment_record(spec: RunSpec, run_dir: Path) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
+def write_experiment_record(spec: RunSpec, run_dir: Path, out: Path) -> None:
+    make_folder(run_dir, inside=out)  # a row's or a seed's folder inside the grid's is never a link
     record = {
         "experiment": spec.experiment,
         "label": spec.label,
@@ -302,7 +302,7 @@ def run_grid(
                 outcome[str(run_dir)] = "skipped"
                 continue
             if run_state(run_dir) == "new":  # write the config so every launcher can start with --resume
-                write_experiment_record(spec, run_dir)
+                write_experiment_record(spec, run_dir, Path(out))
                 save_config(spec.config, run_dir / "config.yaml")
             (run_dir / "failed.json").unlink(missing_ok=True)  # tried again
             todo.append(run_dir)

@@ -83,6 +83,20 @@ def refuse_link(path: Path) -> None:
         )
 
 
+def make_folder(path: str | Path, inside: str | Path) -> Path:
+    """Create `path` and the folders between it and `inside` (an output folder the user named), refusing
+    any of them that is a link: what convinit makes inside an output folder is that folder, never wherever
+    a link in a folder received from someone else points (`refuse_link`)."""
+    path, inside = Path(path), Path(inside)
+    inside.mkdir(parents=True, exist_ok=True)
+    current = inside
+    for part in path.relative_to(inside).parts:
+        current = current / part
+        refuse_link(current)
+        current.mkdir(exist_ok=True)
+    return path
+
+
 def open_regular(path: str | Path, flags: int, mode: int = 0o666) -> int:
     """A descriptor on `path`, opened without following a link (`O_NOFOLLOW`, `O_NONBLOCK` so a FIFO never
     blocks); a link or anything but a regular file there is refused in one line naming it (ConfigError).

@@ -25,7 +25,11 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 from convinit.errors import ConfigError
-from convinit.system.atomic import fsync_dir, process_running  # fsync_dir flushes a file or a folder
+from convinit.system.atomic import (  # fsync_dir flushes a file or a folder
+    fsync_dir,
+    process_running,
+    refuse_link,
+)
 
 FILE_MODE = 0o644
 FOLDER_MODE = 0o755
@@ -38,6 +42,8 @@ def writable_folder(target: Path, kept: Iterable[str] = ()) -> None:
     if target.exists() and not target.is_dir():
         raise ConfigError(f"{target} is a file, not a folder; pass a folder path")
     if target.is_dir():
+        for name in kept:  # an entry convinit replaces or writes into: never a link (`refuse_link`)
+            refuse_link(target / name)
         others = sorted(p.name for p in target.iterdir() if p.name not in set(kept))
         if others:
             raise ConfigError(
