@@ -519,6 +519,24 @@ def resolve_config(
     """Defaults <- preset (default: `default_preset`) <- overrides, validated; the preset's values that
     collide with an override adapt to it (a warm-up as long as a shortened run is scaled down)."""
     extra = parse_overrides(overrides) if isinstance(overrides, list) else (overrides or {})
+    if extra.get("recommended") == "applied":  # a saved run's record of the recipe, never a choice
+        raise ConfigError(
+            "recommended=applied is what a saved run records once the recipe was applied, not a value to "
+            "set: recommended=auto (the default) applies the recipe where it fits, recommended=none trains "
+            "the model as you wrote it"
+        )
+    if preset is None and "data_dir" in extra and "dataset" not in extra:  # a folder is never ignored
+        extra = {**extra, "dataset": "folder"}
+        say_once(
+            f"data_dir={extra['data_dir']} with no dataset=: trained as dataset=folder (one subfolder of "
+            "images per class); name dataset= for another reader (convinit datasets data_dir=... says which)"
+        )
+    if preset is None and extra.get("recommended") == "none" and default_preset(extra) == "own_data":
+        preset = "default"  # own_data's blend and impulse init are convinit's recipe for its own ViT
+        say_once(
+            "recommended=none: your images train the default preset's plain ViT at its default init "
+            "(own_data's model_args.qk_input=blend, model_args.alpha=0.1 and init=impulse left out)"
+        )
     if preset is None and default_preset(extra) == "own_data" and not {"init", "model"} & set(extra):
         say_once(
             "your own images train preset own_data: a small ViT with paper 1's blend and impulse init, the "

@@ -45,6 +45,11 @@ def validate(cfg: TrainConfig) -> RunPlan:
             raise ConfigError(
                 f"teacher {path} is neither a run directory nor a saved model (convinit export)"
             )
+    if cfg.data_dir is not None and not dataset_info(cfg.dataset).needs_dir:
+        raise ConfigError(
+            f"dataset {cfg.dataset} is embedded and reads no data_dir ({cfg.data_dir}): drop data_dir=, or "
+            "name the reader of your files (dataset=folder for one subfolder of images per class)"
+        )
     check_available(cfg.dataset, cfg.data_dir, cfg.download, **plan.data.options)
     if cfg.hflip and dataset_info(cfg.dataset).mirror_keeps_class is False:
         say_once(mirror_note(cfg.dataset))
