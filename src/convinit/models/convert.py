@@ -219,12 +219,8 @@ class PortedGPSA(PortedAttention):
 
     def __init__(self, parts: dict[str, Any], grid: tuple[int, int], conversion: Conversion):
         super().__init__(parts, grid, mode="gpsa")
+        refuse_block(parts, "gpsa", conversion)
         heads = self.num_heads
-        if conversion.local_init and math.isqrt(heads) ** 2 != heads:
-            raise ConfigError(
-                f"ConViT's local init needs a square number of heads (1, 4, 9, 16, ...), this model has "
-                f"{heads}; convert with convert_args.local_init=false, or build the ViT with square heads"
-            )
         device = self.weights()["q"].device
         self.pos_proj = nn.Linear(3, heads, device=device)
         self.gating_param = nn.Parameter(torch.ones(heads, device=device))
@@ -237,10 +233,6 @@ class PortedGPSA(PortedAttention):
     def local_init(self, locality_strength: float) -> None:
         """ConViT's local init (`GPSA.local_init`): V = identity, pos_proj row p = alpha * [2dx, 2dy, -1]."""
         weights = self.weights()
-        if weights["v"].shape[0] != weights["v"].shape[1]:
-            raise ConfigError(
-                "ConViT's local init sets V to the identity, which needs heads * head_dim = width"
-            )
         write_local_init(self.pos_proj, weights["v"], self.num_heads, locality_strength)  # every row: k*k = H
 
     def gates(self) -> torch.Tensor:
@@ -302,6 +294,32 @@ class PortedBlend(PortedAttention):
         if self.content_projector is not None:
             from_weights = torch.cat((self.weights()["q"], self.weights()["k"]))
             self.content_projector.copy_(fitted_direction_projector(from_weights))
+
+
+def refuse_block(part: dict[str, Any], mode: str, conversion: Conversion) -> None:
+    """Every refusal one block's conversion to `mode` ("gpsa", "blend") can meet, from its parts alone:
+    `convert` asks it of every block before it changes any (a model is never left half converted)."""
+    heads, inner = part["heads"], part["heads"] * part["dim_head"]
+    if mode == "blend" and inner % 4:
+        raise ConfigError("the blend's sin-cos position embedding needs a width divisible by 4")
+    if mode != "gpsa" or not conversion.local_init:
+        return
+    if math.isqrt(heads) ** 2 != heads:
+        raise ConfigError(
+            f"ConViT's local init needs a square number of heads (1, 4, 9, 16, ...), this model has "
+            f"{heads}; convert with convert_args.local_init=false, or build the ViT with square heads"
+        )
+    width = part["qkv"].in_features if part["layout"] == "timm" else part["v"].in_features
+    if inner != width:
+        raise ConfigError("ConViT's local init sets V to the identity, which needs heads * head_dim = width")
+
+
+def block_mode(kind: str, first_blocks: bool) -> str:
+    """What one block becomes: in the first `layers` blocks GPSA (gpsa, gpsa+blend) or the blend (blend);
+    after them the blend (gpsa+blend) or the layer as it was ("attention")."""
+    if first_blocks:
+        return "blend" if kind == "blend" else "gpsa"
+    return "blend" if kind == "gpsa+blend" else "attention"
 
 
 def host_layers(model: nn.Module) -> tuple[str, list[tuple[nn.Module, str]], tuple[int, int], int]:
@@ -383,10 +401,11 @@ def convert(model: nn.Module, kind: str, **options: Any) -> nn.Module:
         count = max(1, round(depth * CONVIT_GPSA_SHARE)) if kind != "blend" else depth
     if count > depth:
         raise ConfigError(f"convert {kind} layers={count} but the model has {depth} blocks; lower layers")
-    parts = [parts_of(layout, host, attribute) for host, attribute in hosts]  # every refusal before a change
-    if "blend" in kind and parts[0]["heads"] * parts[0]["dim_head"] % 4:
-        raise ConfigError("the blend's sin-cos position embedding needs a width divisible by 4")
-    ported = [ported_layer(kind, index < count, part, grid, conversion) for index, part in enumerate(parts)]
+    parts = [parts_of(layout, host, attribute) for host, attribute in hosts]
+    modes = [block_mode(kind, index < count) for index in range(depth)]
+    for part, mode in zip(parts, modes, strict=True):  # every refusal, in every block, before a change
+        refuse_block(part, mode, conversion)
+    ported = [ported_layer(mode, part, grid, conversion) for part, mode in zip(parts, modes, strict=True)]
     for (host, attribute), module in zip(hosts, ported, strict=True):
         setattr(host, attribute, module)
     model.conversion = {**conversion.to_dict(), "layers": count}  # what export writes to config.json
@@ -394,13 +413,12 @@ def convert(model: nn.Module, kind: str, **options: Any) -> nn.Module:
 
 
 def ported_layer(
-    kind: str, first_blocks: bool, part: dict[str, Any], grid: tuple[int, int], conversion: Conversion
+    mode: str, part: dict[str, Any], grid: tuple[int, int], conversion: Conversion
 ) -> PortedAttention:
-    """One block's attention: in the first `layers` blocks GPSA (gpsa, gpsa+blend) or the blend (blend);
-    after them the blend (gpsa+blend) or the layer as it was (gpsa, blend)."""
-    if first_blocks and kind != "blend":
+    """One block's attention as `block_mode` chose it."""
+    if mode == "gpsa":
         return PortedGPSA(part, grid, conversion)
-    if (first_blocks and kind == "blend") or (not first_blocks and kind == "gpsa+blend"):
+    if mode == "blend":
         return PortedBlend(part, grid, conversion)
     return PortedAttention(part, grid)
 
