@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gzip
 import importlib.util
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,7 @@ def read_table(path: Path) -> np.ndarray:
     try:
         with gzip.open(path, "rt") as f:
             table = np.loadtxt(f, delimiter=",", ndmin=2)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zlib.error) as exc:  # EOFError: a truncated gzip stream
         detail = getattr(exc, "strerror", None) or exc
         raise DataError(f"scikit-learn's digits file {path} cannot be read ({detail}); reinstall it") from exc
     if table.shape != (IMAGES, 65):
@@ -52,7 +53,21 @@ def read_table(path: Path) -> np.ndarray:
             f"scikit-learn's digits file {path} holds a {table.shape[0]}x{table.shape[1]} table, not the "
             f"{IMAGES} rows of 64 pixels and a label the fixed split was made on; reinstall scikit-learn"
         )
+    problem = value_problem(table)
+    if problem is not None:
+        raise DataError(f"scikit-learn's digits file {path} {problem}; reinstall scikit-learn")
     return table
+
+
+def value_problem(table: np.ndarray) -> str | None:
+    """What in the table no digits file holds (a right shape says nothing of the values): pixels are whole
+    numbers 0..16 and labels whole numbers 0..9; None when every value is one."""
+    for what, values, top in (("pixel", table[:, :-1], 16), ("label", table[:, -1], 9)):
+        bad = ~np.isfinite(values) | (values != np.round(values)) | (values < 0) | (values > top)
+        if bad.any():
+            found = float(values[bad].flat[0])
+            return f"holds a {what} of {found:g}, where every {what} is a whole number 0..{top}"
+    return None
 
 
 def train_rows() -> np.ndarray:
