@@ -77,7 +77,7 @@ def recommend(model: nn.Module | str) -> Recommendation:
         found = None
     elif isinstance(model, nn.Module):
         conversion = conversion_of(RECOMMENDED["convert"], RECOMMENDED["convert_args"])
-        found = recipe_refusal(copy.deepcopy(model), conversion)
+        found = recipe_refusal(copy_to_check(model), conversion)
     else:
         raise ConfigError(f"recommend takes a torch.nn.Module or a model name, got {type(model).__name__}")
     if found is not None:
@@ -88,6 +88,19 @@ def recommend(model: nn.Module | str) -> Recommendation:
         return Recommendation(dict(RECOMMENDED), reason)
     init_args = {**RECOMMENDED["init_args"], "kernel_size": kernel}
     return Recommendation({**RECOMMENDED, "init_args": init_args}, f"{kernel_note(kernel)}; {reason}")
+
+
+def copy_to_check(model: nn.Module) -> nn.Module:
+    """A copy of `model` to convert and throw away (the model given is never changed); one ConfigError
+    when it cannot be copied (a module holding a lock, a file or a generator)."""
+    try:
+        return copy.deepcopy(model)
+    except Exception as exc:
+        detail = " ".join(str(exc).split())[:120] or type(exc).__name__
+        raise ConfigError(
+            f"recommend checks a copy of the model, and this {type(model).__name__} cannot be copied "
+            f"({detail}); pass its model= name (e.g. 'timm:vit_tiny_patch16_224') or a copyable module"
+        ) from exc
 
 
 def recipe_refusal(
