@@ -102,6 +102,19 @@ def test_centre_first_offsets_cycle_by_layer_times_heads_plus_head():
     assert used == set(order)  # all nine offsets are used across the four layers
 
 
+def test_more_heads_than_taps_repeat_offsets_within_a_layer_and_say_so_in_one_line():
+    sixteen = dict(TINY, heads=16, dim_head=2, depth=1)
+    with pytest.warns(UserWarning, match="16 heads on a 3x3 kernel's 9 taps.*kernel_size=5"):
+        report = initialize(model_of("blend", 0.0, sixteen), "impulse", kernel_size=3, offsets="centre_first")
+    order = centre_first_offsets(3)
+    assert offsets_of(report, 0) == [order[h % 9] for h in range(16)]  # every tap, then head h + 9 = head h
+    assert "\n" not in report["offsets_note"] and "wraps" in report["offsets_note"]
+    with pytest.warns(UserWarning, match="drawn with replacement"):
+        drawn = initialize(model_of("blend", 0.0, sixteen), "impulse", kernel_size=3, seed=0)
+    assert len(set(offsets_of(drawn, 0))) <= 9
+    assert "offsets_note" not in initialize(model_of("blend", 0.0, sixteen), "impulse", kernel_size=5, seed=0)
+
+
 def test_shared_random_offsets_are_the_same_in_every_layer_and_fresh_ones_are_not():
     shared = initialize(model_of("blend", 0.0, DIGITS), "impulse", share_offsets=True, seed=3)
     assert all(offsets_of(shared, layer) == offsets_of(shared, 0) for layer in range(4))

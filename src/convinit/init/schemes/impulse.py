@@ -241,6 +241,9 @@ def impulse_init(
     check_scheme_applies(model, "impulse")  # none left: refused, as by `initialize`
     slots = attention_slots(model, "impulse")  # refuses unsupported models before any change
     check_kernel_fits(opts.kernel_size, slots[0].grid, "impulse kernel_size")  # before any offset is listed
+    repeats = repeated_offsets_note(slots[0].heads, opts)
+    if repeats is not None:
+        warnings.warn(f"impulse init: {repeats}", stacklevel=3)  # initialize's caller
     position = None
     if position_table(model) is not None or not isinstance(model, SimpleViT):
         position = prepare_positions(model, table_mode(opts.learned_pos_embed, slots), opts.pos_embed_scale)
@@ -258,11 +261,35 @@ def impulse_init(
         model, slots, opts, images, shared, generator
     )
     report = summarise(layers, slots[0], opts)
+    if repeats is not None:
+        report["offsets_note"] = repeats
     if position is not None:
         report["position"] = position
     if images is not None:
         report.update(real_pass_reports(slots[0], on_fitted, measured, on_held, held_count))
     return report
+
+
+def repeated_offsets_note(heads: int, opts: ImpulseOptions) -> str | None:
+    """The one line on a layer with more heads than the kernel has taps (docs/method.md §3.1), or None.
+
+    Offsets then repeat within every layer, and heads with the same offset get the same target map:
+    "random" draws with replacement (as it always does), "centre_first" uses every tap once and wraps.
+    Nothing is refused: such heads still differ in their value and output weights."""
+    k, taps = opts.kernel_size, opts.kernel_size**2
+    if heads <= taps:
+        return None
+    how = (
+        f"the centre-first order wraps, head h + {taps} taking head h's offset"
+        if opts.offsets == "centre_first"
+        else "offsets are drawn with replacement"
+    )
+    enough = math.ceil(math.sqrt(heads)) | 1  # the smallest odd kernel with a tap per head
+    return (
+        f"{heads} heads on a {k}x{k} kernel's {taps} taps: at least {heads - taps} heads per layer share an "
+        f"offset with another and start with its attention map ({how}); kernel_size={enough} has a tap "
+        "per head"
+    )
 
 
 def real_pass_reports(
