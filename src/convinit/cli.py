@@ -69,6 +69,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     final = run.metrics[-1]
     split = "validation" if run.held_out else "test"  # holdout_per_class: the test set was not read
     print(f"run {run.run_dir}: epoch {final['epoch']}, {split} accuracy {final['test_acc']:.2f}%")
+    if run.still_learning:
+        print(f"convinit: note: {run.still_learning}", file=sys.stderr)
     return 0
 
 

@@ -101,8 +101,9 @@ def test_mixed_sizes_are_resized_to_the_most_common_size(tmp_path):
         save_png(tmp_path / "train" / "a" / f"{i}.png", (9, 9, 9), size=(8, 6))  # 8 wide, 6 high
     save_png(tmp_path / "train" / "a" / "odd.png", (9, 9, 9), size=(20, 20))
     save_png(tmp_path / "test" / "a" / "0.png", (9, 9, 9), size=(16, 12))
+    save_png(tmp_path / "train" / "b" / "0.png", (9, 9, 9), size=(8, 6))  # a classifier has two classes
     ds = load_dataset("folder", tmp_path)
-    assert ds.train_images.shape == (5, 3, 6, 8) and ds.test_images.shape == (1, 3, 6, 8)
+    assert ds.train_images.shape == (6, 3, 6, 8) and ds.test_images.shape == (1, 3, 6, 8)
     assert (ds.train_images == 9).all() and (ds.test_images == 9).all()  # a solid colour survives resizing
 
 

@@ -312,3 +312,16 @@ def check_contents(dataset: ImageDataset, root: Path | None) -> None:
                 f"(0..{dataset.num_classes - 1}; {len(bad)} such labels); the files are corrupt, "
                 "re-download them"
             )
+    refuse_one_class(dataset.classes, dataset.train_labels.unique().tolist(), where)
+
+
+def refuse_one_class(classes: list[str], trained: list[int], where: str) -> None:
+    """A classifier needs two classes or more in its training images: one class would train to a
+    100 % that says nothing (refused before any step)."""
+    present = sorted(set(trained))
+    if len(classes) < 2 or len(present) < 2:
+        names = ", ".join(classes[i] for i in present if 0 <= i < len(classes)) or "none"
+        raise DataError(
+            f"{where} holds training images of {len(present)} class ({names}); a classifier needs at "
+            "least two: add a folder of images per class"
+        )

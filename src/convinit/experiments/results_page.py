@@ -44,6 +44,7 @@ from convinit.experiments.grid import expand, flatten
 from convinit.experiments.paired import GapShare, PairedDifference, gap_share, paired_difference
 from convinit.experiments.report import RunRecord, find_runs, read_json
 from convinit.naming.did_you_mean import suggestion
+from convinit.runs.metrics import loss_change_at_end
 from convinit.system.read_back import short_repr
 
 CLAIMS_FILE = "claims.yaml"
@@ -253,14 +254,8 @@ def fit_acc(record: RunRecord, _: str) -> float | None:
 def late_loss_change(record: RunRecord, _: str) -> float | None:
     """The training loss of the last epoch minus that of the epoch a tenth of the run earlier (at least
     one): near 0 where the run had plateaued, clearly negative where it was still learning."""
-    losses = {
-        row["epoch"]: row["train_loss"] for row in record.metrics if number(row.get("train_loss")) is not None
-    }
-    if not losses:
-        return None
-    last = max(losses)
-    earlier = last - max(1, round(last / 10))
-    return losses[last] - losses[earlier] if earlier in losses else None
+    change = loss_change_at_end(record.metrics)
+    return None if change is None else change[0]
 
 
 def acc_at_epoch(record: RunRecord, epoch: str) -> float | None:

@@ -100,3 +100,21 @@ class MetricsLog:
         writer.writeheader()
         writer.writerows(rows)
         atomic_write_text(self.csv, text.getvalue())
+
+
+def loss_change_at_end(rows: list[dict[str, Any]]) -> tuple[float, int, float] | None:
+    """(change, epochs, earlier loss): the last epoch's training loss minus that of the epoch a tenth of
+    the run earlier (at least one), over how many epochs, and that earlier loss; near 0 where the run had
+    plateaued, clearly negative where it was still learning. None without both epochs."""
+    losses = {row["epoch"]: row["train_loss"] for row in rows if finite(row.get("train_loss"))}
+    if not losses:
+        return None
+    last = max(losses)
+    earlier = last - max(1, round(last / 10))
+    if earlier not in losses:
+        return None
+    return losses[last] - losses[earlier], last - earlier, losses[earlier]
+
+
+def finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

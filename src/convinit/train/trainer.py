@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from convinit.config import TrainConfig, config_differences, load_config
 from convinit.errors import ConfigError, TrainingDiverged
 from convinit.runs.checkpoint import latest_checkpoint, save_checkpoint
+from convinit.runs.metrics import loss_change_at_end
 from convinit.runs.ownership import own_run_dir
 from convinit.runs.run_dir import check_run_dir_path
 from convinit.runs.signals import RunInterrupted, stop_at_step_boundary, stop_outside_the_loop
@@ -57,6 +58,7 @@ class TrainingRun:
     model: nn.Module
     metrics: list[dict[str, Any]]
     held_out: bool = False  # evaluated on a validation split of the training images, not the test set
+    still_learning: str | None = None  # why the run ended before it learned what it could (None: it had)
 
 
 def new_run_dir(cfg: TrainConfig, out_dir: str | Path = "runs") -> Path:
@@ -161,7 +163,25 @@ def train_owned(
     if ddp.is_main:
         atomic_write_text(run.run_dir / "finished.json", json.dumps(rows[-1], indent=1))
     held_out = run.data.evaluated_on == "validation"
-    return TrainingRun(run_dir=run.run_dir, model=run.model, metrics=rows, held_out=held_out)
+    return TrainingRun(run.run_dir, run.model, rows, held_out, still_learning(rows, cfg.epochs))
+
+
+STILL_LEARNING = 0.05  # a training loss that fell by more than this share over the run's last tenth
+
+
+def still_learning(rows: list[dict[str, Any]], epochs: int) -> str | None:
+    """One line when the run ended while still learning (its training loss fell by more than 5 % over
+    its last tenth, as the results page reads `late_loss_change`), with the epochs that would help."""
+    change = loss_change_at_end(rows)
+    if change is None or change[2] <= 0 or change[0] > -STILL_LEARNING * change[2]:
+        return None
+    fall, over, _ = change
+    fit = rows[-1].get("fit_acc")
+    fits = f", it fits {fit:.1f} % of its training images" if isinstance(fit, (int, float)) else ""
+    return (
+        f"the run ended still learning: its training loss fell {-fall / change[2]:.0%} over its last {over} "
+        f"of {epochs} epochs{fits}; a run of epochs={2 * epochs} would likely learn more"
+    )
 
 
 def data_line(run: Run) -> str:

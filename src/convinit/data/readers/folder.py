@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from convinit.data.datasets import DatasetInfo, Found, ImageDataset, register_dataset
+from convinit.data.datasets import DatasetInfo, Found, ImageDataset, refuse_one_class, register_dataset
 from convinit.data.image_files import all_grayscale, decode_images, decode_sample, image_files
 from convinit.errors import DataError
 
@@ -107,6 +107,7 @@ def folder_splits(root: Path) -> FolderSplits:
     if not train_paths or not test_paths:
         raise DataError(f"{root}: need images in both a training and a test split (found {len(train_paths)} "
                         f"and {len(test_paths)}); add more images per class or a test/ folder")  # fmt: skip
+    refuse_one_class(classes, train_labels, f"dataset 'folder' at {root}")
     return FolderSplits(classes, train_paths, train_labels, test_paths, test_labels)
 
 
@@ -141,7 +142,10 @@ register_dataset(
     DatasetInfo(
         name="folder",
         reader=read_folder,
-        how_to_obtain="set data_dir=... to a folder of class folders (DIR/<class>/*.png or DIR/train, test)",
+        how_to_obtain=(
+            "set data_dir=... to a folder of class folders (DIR/<class>/*.png or DIR/train, test); for "
+            "other files name their dataset= (`convinit datasets data_dir=DIR` says which reads them)"
+        ),
         missing_in=missing_folder_files,
         survey=survey_folder,
         list_files=folder_splits,
