@@ -180,15 +180,28 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             extra[key] = getattr(args, key)
     runs = select_rows(expand(args.name, args.scale, seed_list(args.seeds), extra), args.row)
     out = args.out or Path("runs") / f"{args.name}-{args.scale}"
-    slurm = {"partition": args.partition, "gpus": args.gpus, "time_minutes": args.time}
-    outcome = run_grid(runs, out, args.launcher, args.jobs, not args.no_progress, slurm)
+    outcome = run_grid(runs, out, args.launcher, args.jobs, not args.no_progress, slurm_options(args))
     for run_dir, what in outcome.items():
         print(f"{what:10s} {run_dir}")
     if nothing_trained(outcome, out):
         print(nothing_trained(outcome, out))
-    if args.launcher == "local":
+    if not still_queued(outcome):
         print(f"report: {write_report(out, title=args.name)}")
     return grid_exit_code(outcome)
+
+
+def still_queued(outcome: dict[str, str]) -> bool:
+    """Whether SLURM jobs still hold runs of the grid (its report is written by the rerun after they end);
+    says so, with the command that shows their states."""
+    from convinit.experiments.launchers import waiting
+
+    if not waiting(outcome):
+        return False
+    print(
+        f"{waiting(outcome)} of {len(outcome)} runs are queued or running under SLURM; run the same "
+        "command again to see their states, and it writes the report once they have ended"
+    )
+    return True
 
 
 def grid_exit_code(outcome: dict[str, str]) -> int:
@@ -262,9 +275,13 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
     for spec in runs:  # one folder per method / fraction / seed
         spec.label = f"{spec.extra['group']} @ {spec.extra['fraction']:g}"
     out = args.out or Path("runs") / "efficiency"
-    outcome = run_grid(runs, out, args.launcher, args.jobs, not args.no_progress)
+    outcome = run_grid(runs, out, args.launcher, args.jobs, not args.no_progress, slurm_options(args))
     if nothing_trained(outcome, out):
         print(nothing_trained(outcome, out))
+    if still_queued(outcome):
+        for run_dir, what in outcome.items():
+            print(f"{what:10s} {run_dir}")
+        return grid_exit_code(outcome)
     write_report(out, title="Data efficiency")
     summary = efficiency_summary(out)
     atomic_write_text(out / "efficiency.md", summary + "\n")
@@ -400,6 +417,29 @@ def add_listing_commands(sub: argparse._SubParsersAction) -> None:
     configs.set_defaults(func=cmd_configs)
 
 
+def add_slurm_options(launch: argparse.ArgumentParser) -> None:
+    """What a job asks SLURM for (`--launcher slurm`); the names of `SlurmOptions` in Python."""
+    slurm = launch.add_argument_group("SLURM (--launcher slurm), checked with SLURM before queueing")
+    slurm.add_argument("--partition", help="SLURM partition (default: the cluster's default)")
+    slurm.add_argument("--gpus", type=int, default=1, help="GPUs per job, a DDP rank each; 0: CPUs")
+    slurm.add_argument("--tasks", type=int, default=1, help="DDP ranks of one run on CPUs (with --gpus 0)")
+    slurm.add_argument("--cpus", type=int, default=8, help="CPUs per rank (default 8)")
+    slurm.add_argument("--mem", help="memory per node, SLURM's syntax: 16G, 4000M (default: the cluster's)")
+    slurm.add_argument("--time", type=int, default=24 * 60, help="time limit in minutes (default 1440)")
+    slurm.add_argument("--requeues", type=int, default=3, help="time-outs a job requeues after (default 3)")
+    slurm.add_argument("--account", help="SLURM account to charge")
+    slurm.add_argument("--qos", help="SLURM quality of service")
+    slurm.add_argument(
+        "--sbatch", action="append", metavar="KEY=VALUE", help="any other sbatch option, e.g. constraint=a100"
+    )
+
+
+def slurm_options(args: argparse.Namespace) -> dict:
+    """The `SlurmOptions` fields the launch options give."""
+    names = ("partition", "gpus", "tasks", "cpus", "mem", "requeues", "account", "qos", "sbatch")
+    return {"time_minutes": args.time, **{name: getattr(args, name) for name in names}}
+
+
 def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
     """demo, reproduce, report, efficiency: runs by the grid, and their reports."""
     demo = sub.add_parser(
@@ -422,9 +462,7 @@ def add_experiment_commands(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--seeds", help="N (seeds 0..N-1) or a list 0,1,2 (default: the preset's)")
     launch.add_argument("--launcher", choices=("local", "slurm"), default="local")
     launch.add_argument("--jobs", type=int, default=1, help="local runs at once (subprocesses)")
-    launch.add_argument("--partition", help="SLURM partition")
-    launch.add_argument("--gpus", type=int, default=1, help="GPUs per SLURM job")
-    launch.add_argument("--time", type=int, default=24 * 60, help="SLURM time limit in minutes")
+    add_slurm_options(launch)
     launch.add_argument("--no-progress", action="store_true")
 
     reproduce = sub.add_parser(

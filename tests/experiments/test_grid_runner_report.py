@@ -197,22 +197,6 @@ def test_every_shipped_preset_is_a_grid_scale_a_grid_row_or_what_one_extends():
     assert set(preset_names()) - used == set()
 
 
-def test_slurm_launcher_runs_each_grid_run_as_a_requeueable_submitit_job(experiment_file, tmp_path):
-    pytest.importorskip("submitit")
-    from convinit.config import save_config
-    from convinit.experiments.launchers import submit_slurm
-    from convinit.experiments.runner import write_experiment_record
-
-    spec = expand(str(experiment_file), "small", seeds=[0])[0]
-    run_dir = tmp_path / "out" / spec.dirname
-    write_experiment_record(spec, run_dir, tmp_path / "out")  # as run_grid does before a launcher
-    save_config(spec.config, run_dir / "config.yaml")
-    job = submit_slurm([run_dir], tmp_path / "out", cluster="local")[str(run_dir)]
-    assert job.result()["epoch"] == 1
-    assert (run_dir / "finished.json").exists()
-    assert run_grid([spec], tmp_path / "out") == {str(run_dir): "skipped"}
-
-
 def test_efficiency_keeps_the_methods_in_the_order_given():
     methods = {"zeta": ("default", TINY), "alpha": ("default", TINY | {"lr": 3e-3})}
     runs = efficiency_runs(methods, [0.5, 1.0], [0])

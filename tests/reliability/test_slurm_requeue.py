@@ -1,16 +1,15 @@
-"""`TrainJob` under submitit: a pre-empted job stops at a step boundary, requeues, and resumes exactly.
+"""`TrainJob` on a real SLURM: every way SLURM stops a job ends in a checkpoint and a requeue, and the
+requeued job ends bit-identical to an uninterrupted run; a run that cannot go on says why in failed.json.
 
-submitit's local executor runs the job as a real process under a controller that requeues it when
-it exits with submitit's requeue code, as SLURM would; the test sends the preemption signal (USR2)
-to that process itself, mid-run, as SLURM does before pre-empting or timing out a job.
+A job's first attempts pause before their 11th training step (tests/slurm_children) until SLURM's
+signal comes: submitit's pre-emption warning (USR2, sent here with `scancel --signal`), SIGTERM
+from `scontrol requeue`, or the warning of a real time limit (test_slurm_time_limit.py). The run is 30
+steps: stopped at step 11 and then 22, the third attempt runs to the end.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-from pathlib import Path
+import subprocess
 
 import cloudpickle
 import pytest
@@ -18,27 +17,10 @@ from killable_runs import EXACT_OVERRIDES, assert_same_run, stable_metrics
 
 from convinit.config import resolve_config
 from convinit.experiments.slurm_job import TrainJob, submit_train
+from tests.slurm_cluster import pausing_at_step, slurm, wait_for, wait_until_ended  # noqa: F401
 
 submitit = pytest.importorskip("submitit")
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended meanwhile
-            continue
-        if int(fields[1]) == pid:  # fields: state, ppid, ...
-            found.append(int(stat.parent.name))
-    return found
-
-
-def wait_for(condition, what: str, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+ONE_CPU = {"gpus": 0, "cpus": 1}
 
 
 def test_checkpoint_resubmits_a_fresh_job_on_the_same_run_dir(tmp_path):
@@ -53,25 +35,40 @@ def test_checkpoint_resubmits_a_fresh_job_on_the_same_run_dir(tmp_path):
     assert restored.function.run_dir == job.run_dir
 
 
-def test_preempted_job_requeues_itself_and_ends_like_an_uninterrupted_run(
+def paused_job(tmp_path, monkeypatch, name: str, attempts: str = "0", **options) -> tuple:
+    """A job on a fresh run whose `attempts` pause before their 11th step until a signal comes; (job,
+    run dir, folder of the pauses' markers)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as the reference run (see conftest)
+    markers = tmp_path / f"{name}-paused"
+    pausing_at_step(monkeypatch, 11, markers, attempts)
+    run_dir = tmp_path / name
+    job = submit_train(resolve_config(None, EXACT_OVERRIDES), run_dir, **ONE_CPU, **options)
+    return job, run_dir, markers
+
+
+def assert_requeued_and_exact(job, run_dir, exact_reference, attempts: int = 2) -> str:
+    """The job ended after `attempts` - 1 requeues (or more) like the uninterrupted run; its log."""
+    assert wait_until_ended(job.job_id) in ("COMPLETED", "GONE")
+    log = job.stdout() + (job.stderr() or "")
+    assert "Traceback" not in log, log
+    assert log.count("Starting with JobEnvironment") >= attempts, log
+    assert (run_dir / "finished.json").is_file() and not (run_dir / "failed.json").exists()
+    assert_same_run(run_dir, exact_reference)
+    assert job.result()["epoch"] == stable_metrics(exact_reference)[-1]["epoch"]
+    return log
+
+
+@pytest.mark.usefixtures("slurm")
+def test_a_preempted_then_requeued_job_resumes_each_time_without_spending_a_time_out_and_ends_exact(
     tmp_path, monkeypatch, exact_reference
 ):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as the reference run (see conftest)
-    run_dir = tmp_path / "run"
-    cfg = resolve_config(None, EXACT_OVERRIDES)
-    job = submit_train(cfg, run_dir, folder=tmp_path / "logs", cluster="local", timeout_min=20)
-    controller = int(job.job_id)
-    wait_for((run_dir / "checkpoints" / "epoch-0001").is_dir, "the first checkpoint")
-    [task] = children(controller)
-    os.kill(task, signal.SIGUSR2)  # SLURM's warning before pre-emption or time-out
-    wait_for(job.done, "the job to finish")
-
-    final = job.result()
-    log = job.stdout()  # submitit's log and the trainer's output, both attempts
-    assert "Caught signal SIGUSR2" in log and "Requeued job" in log, log
-    assert "stopped: checkpoint" in log  # the trainer saved at a step boundary before the requeue
-    assert log.count("Starting with JobEnvironment") == 2
-    assert_same_run(run_dir, exact_reference)
-    assert {k: v for k, v in final.items() if k not in ("seconds", "images_per_s")} == stable_metrics(
-        exact_reference
-    )[-1]
+    # --requeues 0 and a 10-minute limit: submitit would count the warning as a time-out and give up
+    job, run_dir, markers = paused_job(tmp_path, monkeypatch, "preempted", "0,1", time_minutes=10, requeues=0)
+    wait_for(lambda: len(list(markers.iterdir())) == 1, "the job to pause mid-run")
+    subprocess.run(["scancel", "--signal=USR2", job.job_id], check=True)  # SLURM's pre-emption warning
+    wait_for(lambda: len(list(markers.iterdir())) == 2, "the requeued job to pause again")
+    subprocess.run(["scontrol", "requeue", job.job_id], check=True)  # SIGTERM, then SLURM requeues it
+    log = assert_requeued_and_exact(job, run_dir, exact_reference, attempts=3)
+    preempted, requeued = log.split("stopped: checkpoint")[1:]
+    assert "the SLURM job requeues itself" in preempted and "SLURM requeued the job" in requeued, log
+    assert "convinit train --resume" not in log

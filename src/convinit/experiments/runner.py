@@ -282,15 +282,21 @@ def run_grid(
     launcher: str = "local",
     jobs: int = 1,
     progress: bool = True,
-    slurm_options: dict[str, Any] | None = None,
+    slurm_options: Any = None,
 ) -> dict[str, str]:
     """Run every spec into out/<row>/seed<k>; returns {run dir: what was done}.
 
     What was done: trained, resumed from <checkpoint>, skipped (finished before), failed: <reason>,
-    or submitted <job id>. `out` is held (see `convinit.runs.ownership`) while the grid runs.
+    or with SLURM (`slurm_options`: a `SlurmOptions` or its fields by name) submitted, queued or running
+    <job id>. `out` is held (see `convinit.runs.ownership`) while the grid runs.
     """
     runs = [bind_teacher(spec, Path(out)) for spec in runs]
     check_distinct(runs)
+    if launcher == "slurm":  # a request SLURM could not start is refused before any folder is made
+        from convinit.experiments.launchers import as_options
+        from convinit.experiments.slurm_options import check_request
+
+        check_request(as_options(slurm_options))
     with own_run_dir(Path(out)):
         check_unchanged(runs, out)
         say_notes()  # the grid is accepted: its configs' adapted defaults
@@ -304,13 +310,13 @@ def run_grid(
             if run_state(run_dir) == "new":  # write the config so every launcher can start with --resume
                 write_experiment_record(spec, run_dir, Path(out))
                 save_config(spec.config, run_dir / "config.yaml")
-            (run_dir / "failed.json").unlink(missing_ok=True)  # tried again
+            if launcher != "slurm":  # SLURM: a failed job's run is reported, see launch_on_slurm
+                (run_dir / "failed.json").unlink(missing_ok=True)  # tried again
             todo.append(run_dir)
         if launcher == "slurm":
-            from convinit.experiments.launchers import submit_slurm
+            from convinit.experiments.launchers import launch_on_slurm
 
-            for run_dir, job in submit_slurm(todo, out, **(slurm_options or {})).items():
-                outcome[run_dir] = f"submitted {job.job_id}"
+            outcome.update(launch_on_slurm(todo, out, slurm_options))
             return outcome
         stop = GridStop()
         students = [run_dir for run_dir in todo if waits_for_teacher(run_dir, todo)]

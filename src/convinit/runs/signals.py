@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-CONTINUE_WITH: ContextVar[str | None] = ContextVar("continue_with", default=None)
+CONTINUE_WITH: ContextVar[str | Callable[[], str] | None] = ContextVar("continue_with", default=None)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -48,9 +48,10 @@ def stop_at_step_boundary() -> Iterator[dict[str, int | None]]:
 
 
 @contextmanager
-def continue_with(command: str) -> Iterator[None]:
+def continue_with(command: str | Callable[[], str]) -> Iterator[None]:
     """Runs trained inside tell the user, when stopped, to rerun `command` (which resumes them), not to
-    resume the inner run directory by hand."""
+    resume the inner run directory by hand. A callable gives the whole sentence when the stop comes (a
+    SLURM job that requeues itself says so: there is nothing to rerun)."""
     token = CONTINUE_WITH.set(command)
     try:
         yield
@@ -60,6 +61,8 @@ def continue_with(command: str) -> Iterator[None]:
 
 def how_to_continue(run_dir: str | Path | None) -> str:
     command = CONTINUE_WITH.get()
+    if callable(command):
+        return command()
     if command is not None:
         return f"rerun `{command}` to continue where it stopped"
     if run_dir is not None and (Path(run_dir) / "config.yaml").is_file():

@@ -1,0 +1,30 @@
+"""A real SLURM time limit: its warning ends in a checkpoint and a requeue that ends exact while the job
+has time-out requeues left (--requeues), and in failed.json saying why once it has none.
+
+Both jobs run at once (one CPU each); see test_slurm_requeue.py for the pausing jobs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_slurm_requeue import assert_requeued_and_exact, paused_job
+
+from tests.slurm_cluster import slurm, wait_until_ended  # noqa: F401 (a fixture)
+
+
+@pytest.mark.usefixtures("slurm")
+def test_the_time_limit_requeues_a_run_with_requeues_left_and_fails_one_without_saying_why(
+    tmp_path, monkeypatch, exact_reference
+):
+    # one minute, warned 45 s before: the warning comes ~15 s in, while each job waits at its 11th step
+    limit = {"time_minutes": 1, "signal_delay_s": 45}
+    timed, run_dir, _ = paused_job(tmp_path, monkeypatch, "timed", **limit)
+    out_of_requeues, failed_dir, _ = paused_job(tmp_path, monkeypatch, "failed", requeues=0, **limit)
+    log = assert_requeued_and_exact(timed, run_dir, exact_reference)
+    assert "timed-out" in log and "the SLURM job requeues itself" in log, log
+    assert wait_until_ended(out_of_requeues.job_id) in ("FAILED", "COMPLETED", "GONE")
+    reason = json.loads((failed_dir / "failed.json").read_text())["reason"]
+    assert "time limit more often than --requeues allows" in reason
+    assert not (failed_dir / "finished.json").exists()
