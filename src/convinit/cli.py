@@ -54,6 +54,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides.append("deterministic=true")
     if args.out is not None and not args.out.strip():
         raise ConfigError("--out is empty; name a folder for the run, e.g. --out runs/first")
+    if args.resume and args.dry_run:
+        raise ConfigError("--dry-run shows what a new run would train; a resumed run trains its config.yaml")
     if args.resume:
         cfg = None
         if args.config:
@@ -64,6 +66,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         run = train(cfg, run_dir=args.resume, resume=True, progress=not args.no_progress)
     else:
         cfg = resolve_config(args.config, overrides)
+        if args.dry_run:  # config.yaml as the run would write it, and the notes; nothing written
+            import yaml
+
+            from convinit.train import decided_config
+
+            print(yaml.safe_dump(decided_config(cfg).to_dict(), sort_keys=False), end="")
+            return 0
         out = Path(args.out) if args.out is not None else None
         run = train(cfg, run_dir=out, overwrite=args.overwrite, progress=not args.no_progress)
     final = run.metrics[-1]
@@ -392,6 +401,11 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--device", help="cpu, cuda, cuda:N or mps (default: auto)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the config the run would train and save (config.yaml) with its notes, and exit",
+    )
     train.set_defaults(func=cmd_train)
 
     evaluate = sub.add_parser("eval", help="test accuracy of a run's newest checkpoint")

@@ -2,6 +2,6 @@
 
 from convinit.train.evaluation import evaluate_run
 from convinit.train.trainer import TrainingRun, train
-from convinit.train.validation import validate
+from convinit.train.validation import decided_config, validate
 
-__all__ = ["TrainingRun", "evaluate_run", "train", "validate"]
+__all__ = ["TrainingRun", "decided_config", "evaluate_run", "train", "validate"]

@@ -26,6 +26,7 @@ from convinit.models.hf_layout import hf_grid, hf_vit_backbone
 from convinit.system.torchvision_pair import check_pair
 from convinit.train.loggers import check_loggers
 from convinit.train.memory_guard import check_data_fits, check_fits_in_memory, check_model_args_bounded
+from convinit.train.opening import open_data, source_shape
 from convinit.train.optim import pulled_parameters
 from convinit.train.plan import RunPlan, recipe_note, resolve_plan
 
@@ -66,6 +67,20 @@ def validate(cfg: TrainConfig) -> RunPlan:
             get_tracker(name)
     say_notes()  # the adapted defaults' notes, now that nothing refused the config
     return plan
+
+
+def decided_config(cfg: TrainConfig) -> TrainConfig:
+    """The config a new run of `cfg` trains and saves as `config.yaml`, decided without writing anything
+    (`convinit train --dry-run`): validated, and planned on the data's own shape where the dataset's is
+    known only once read (a folder, a Hub set), which can revert the recommended recipe (said in one line)."""
+    plan = validate(cfg)
+    if plan.shape is not None:
+        return plan.cfg
+    planned = plan.on_data(source_shape(open_data(plan)))
+    if cfg.recommended == "applied":
+        say_once(recipe_note(planned))
+        say_notes()
+    return planned.cfg
 
 
 def mirror_note(dataset: str) -> str:
