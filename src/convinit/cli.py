@@ -192,7 +192,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     outcome = run_grid(runs, out, args.launcher, args.jobs, not args.no_progress, slurm_options(args))
     for run_dir, what in outcome.items():
         print(f"{what:10s} {run_dir}")
-    if nothing_trained(outcome, out):
+    if args.launcher == "local" and nothing_trained(outcome, out):  # SLURM: the jobs trained them
         print(nothing_trained(outcome, out))
     if not still_queued(outcome):
         print(f"report: {write_report(out, title=args.name)}")
@@ -285,7 +285,7 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
         spec.label = f"{spec.extra['group']} @ {spec.extra['fraction']:g}"
     out = args.out or Path("runs") / "efficiency"
     outcome = run_grid(runs, out, args.launcher, args.jobs, not args.no_progress, slurm_options(args))
-    if nothing_trained(outcome, out):
+    if args.launcher == "local" and nothing_trained(outcome, out):  # SLURM: the jobs trained them
         print(nothing_trained(outcome, out))
     if still_queued(outcome):
         for run_dir, what in outcome.items():
