@@ -35,16 +35,21 @@ def folder_state(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
 
 
+def overwrite_is_refused_untouched(student: Path, teacher: Path, overrides: list[str], said: str) -> None:
+    """`train(teacher=..., --out student --overwrite)` refused with `said`, every file of `student` kept."""
+    before = folder_state(student)
+    cfg = resolve_config(None, [*overrides, f"teacher={teacher}"])
+    with pytest.raises(ConfigError, match=said):
+        train(cfg, run_dir=student, overwrite=True, progress=False)
+    assert folder_state(student) == before
+
+
 # 1. data loss: --overwrite into the run's own teacher emptied the folder, then refused it
 
 
 def test_overwrite_into_its_own_teacher_is_refused_before_the_folder_is_touched(tmp_path, tiny_overrides):
     run_dir = tiny_run(tmp_path, tiny_overrides, "d")
-    before = folder_state(run_dir)
-    cfg = resolve_config(None, [*tiny_overrides, f"teacher={run_dir}"])
-    with pytest.raises(ConfigError, match="cannot be its own teacher"):
-        train(cfg, run_dir=run_dir, overwrite=True, progress=False)
-    assert folder_state(run_dir) == before
+    overwrite_is_refused_untouched(run_dir, run_dir, tiny_overrides, "cannot be its own teacher")
 
 
 def test_a_teacher_without_a_checkpoint_is_refused_before_overwrite_empties_the_student(
@@ -56,11 +61,7 @@ def test_a_teacher_without_a_checkpoint_is_refused_before_overwrite_empties_the_
         for file in checkpoint.iterdir():
             file.unlink()
         checkpoint.rmdir()
-    before = folder_state(student)
-    cfg = resolve_config(None, [*tiny_overrides, f"teacher={teacher}"])
-    with pytest.raises(ConfigError, match="holds no intact checkpoint"):
-        train(cfg, run_dir=student, overwrite=True, progress=False)
-    assert folder_state(student) == before
+    overwrite_is_refused_untouched(student, teacher, tiny_overrides, "holds no intact checkpoint")
 
 
 # 4. a teacher of another image size or channel count failed at the first step with a traceback
@@ -69,11 +70,8 @@ def test_a_teacher_without_a_checkpoint_is_refused_before_overwrite_empties_the_
 def test_a_teacher_trained_on_another_image_size_is_refused_in_one_line(tmp_path, tiny_overrides):
     teacher = tiny_run(tmp_path, tiny_overrides, "teacher", "img_size=16")
     student = tiny_run(tmp_path, tiny_overrides, "student")
-    before = folder_state(student)
-    cfg = resolve_config(None, [*tiny_overrides, f"teacher={teacher}"])
-    with pytest.raises(ConfigError, match="trained on image size 16 but this run's data has 8"):
-        train(cfg, run_dir=student, overwrite=True, progress=False)
-    assert folder_state(student) == before
+    said = "trained on image size 16 but this run's data has 8"
+    overwrite_is_refused_untouched(student, teacher, tiny_overrides, said)
 
 
 def test_an_exported_teacher_of_other_channels_is_refused_in_one_line(tmp_path, tiny_overrides):
