@@ -124,7 +124,7 @@ def augmentation(shared: dict[str, Any], dataset: str, side: int, notes: list[st
         keeps = dataset_info(dataset).mirror_keeps_class
         chosen["hflip"] = bool(keeps)
         if keeps is False:
-            notes.append(f"flips off: a mirror changes the class of {dataset}'s images")
+            notes.append(f"flips off: a mirror changes the class of an image in {dataset}")
         if keeps is None:
             notes.append(
                 f"flips off: whether a mirrored image keeps its class is unknown for dataset={dataset} "
