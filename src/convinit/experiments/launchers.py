@@ -9,10 +9,10 @@ holds: the others are reported as queued, running, finished or failed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from convinit.experiments.report import failure_reason
 from convinit.experiments.slurm_job import TrainJob, slurm_executor
 from convinit.experiments.slurm_options import SlurmOptions
 from convinit.experiments.slurm_state import job_states, live_outcome, record_job, recorded_job
@@ -45,13 +45,6 @@ def submit_slurm(
     return dict(submitted)
 
 
-def failed_reason(run_dir: Path) -> str | None:
-    try:
-        return str(json.loads((run_dir / "failed.json").read_text()).get("reason", "no reason recorded"))
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def launch_on_slurm(run_dirs: list[Path], out: Path, options: SlurmOptions | dict | None) -> dict[str, str]:
     """{run dir: outcome} for the unfinished runs of a grid: `queued <id>`/`running <id>` for a run that a
     job still holds (with the reason when it will not start), `failed: <reason>` for one whose job failed
@@ -64,7 +57,7 @@ def launch_on_slurm(run_dirs: list[Path], out: Path, options: SlurmOptions | dic
     for run_dir in run_dirs:
         job = recorded[run_dir]
         live = live_outcome(job, *states[job]) if job in states else None
-        reason = failed_reason(run_dir)
+        reason = failure_reason(run_dir / "failed.json") if (run_dir / "failed.json").exists() else None
         if live is not None:
             outcome[str(run_dir)] = live
         elif reason is not None and job is not None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from convinit.config import TrainConfig, config_differences, load_config, save_config, say_notes
 from convinit.errors import ConfigError, ConvinitError
+from convinit.experiments.failures import record_failure
 from convinit.experiments.grid import RunSpec
 from convinit.runs.checkpoint import latest_checkpoint
 from convinit.runs.ownership import own_run_dir
@@ -69,12 +70,6 @@ def write_experiment_record(spec: RunSpec, run_dir: Path, out: Path) -> None:
         **provenance(),
     }
     atomic_write_text(run_dir / "experiment.json", json.dumps(record, indent=1))
-
-
-def record_failure(run_dir: Path, reason: str) -> str:
-    """Write `failed.json` (read by the report) and return the outcome line."""
-    atomic_write_text(run_dir / "failed.json", json.dumps({"reason": reason}, indent=1))
-    return f"failed: {reason}"
 
 
 def changed_runs(out: Path, planned: Iterable[tuple[str, TrainConfig]]) -> list[tuple[str, list[str]]]:

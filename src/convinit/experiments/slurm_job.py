@@ -35,7 +35,7 @@ from typing import Any
 
 from convinit.config import TrainConfig, save_config
 from convinit.errors import ConfigError
-from convinit.experiments.runner import record_failure
+from convinit.experiments.failures import record_failure
 from convinit.experiments.slurm_options import SIGNAL_DELAY_S, START_S, SlurmOptions, check_request
 from convinit.experiments.slurm_state import this_job_id
 from convinit.runs.signals import RunInterrupted, continue_with

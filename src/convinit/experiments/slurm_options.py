@@ -72,6 +72,9 @@ class SlurmOptions:
             "account": self.account,
             "qos": self.qos,
             "additional_parameters": {"requeue": True, **self.extra_sbatch()},
+            # the batch shell outlives SIGTERM (`scontrol requeue`, scancel) until its srun ends: killed at
+            # once, it would end the job while the training process still writes its checkpoint
+            "setup": ["trap 'true' TERM"],
         }
         return {k: v for k, v in params.items() if v is not None}
 
