@@ -9,6 +9,7 @@ Waiting on SLURM is a bounded poll of its state, never a sleep standing for an e
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -17,7 +18,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SLURM_UP = ROOT / "scripts" / "slurm-up"
 ENDED = {
     "COMPLETED",
     "FAILED",
@@ -40,6 +40,10 @@ def slurm_answers() -> str | None:
         return "sinfo did not answer in 20 s"
     if answer.returncode != 0 or not answer.stdout.strip():
         return f"sinfo answered nothing: {answer.stderr.strip()[-200:]}"
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=20).stdout
+    # a real cluster's queue is no test bench: only the SLURM that scripts/slurm-up starts is used
+    if not re.search(r"^ClusterName\s*=\s*convinit\s*$", config, re.M):
+        return "this SLURM is not the one scripts/slurm-up starts (ClusterName=convinit)"
     return None
 
 
@@ -51,7 +55,7 @@ def slurm() -> None:
         return
     if os.environ.get("CI", "").lower() in ("true", "1"):
         pytest.fail(
-            f"CI runs the SLURM tests against a real SLURM, and {why}: .ci/run starts it with {SLURM_UP}"
+            f"CI runs the SLURM tests against a real SLURM, and {why}: .ci/run starts one (scripts/slurm-up)"
         )
     pytest.skip(why)
 
