@@ -27,6 +27,7 @@ from convinit.models.filters import Offset, grid_coords
 
 LOW_MASS = 0.2  # below this real-pass target mass the report warns: the maps are not convolutions
 MEASURE_TOKENS = 2048  # patch tokens of real images a real-pass report measures (ViT-Ti/2: 8 images)
+HELD_OUT = 0.25  # share of an init's image batch held apart from its fit and measured on its own
 FIT_TOKENS = 4096  # patch tokens of real images a layer is fitted on (ViT-Ti/2: 16 images; 7x7 grid: 84)
 
 

@@ -30,8 +30,8 @@ from convinit.config import TrainConfig, load_config
 from convinit.data.source import HELD_APART, INIT_BATCH, DataSource, build_data
 from convinit.errors import ConfigError
 from convinit.init import initialize
+from convinit.init.measure import HELD_OUT
 from convinit.init.registry import InitSpec
-from convinit.init.schemes.mimetic import HELD_OUT
 from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.runs.ownership import reading_checkpoints
 from convinit.runs.preprocessing_record import data_record, read_data_record

@@ -55,6 +55,7 @@ from convinit.init.attention_sites import (
 from convinit.init.block_runner import BlockRunner
 from convinit.init.closed_form import InputStatistics, SignalBasis, closed_form_factors, quadratic_factors
 from convinit.init.measure import (
+    HELD_OUT,
     LOW_MASS,
     MEASURE_TOKENS,
     check_held_out,
@@ -73,7 +74,6 @@ from convinit.models.vit import SimpleViT
 
 REST_STD = 0.02  # noise on the Q/K columns a closed form leaves unused (exact zeros never train)
 GAP_ENTRIES = 2**18  # attention entries per head (images x N x N) the logit gap is searched on
-HELD_OUT = 0.25  # share of the image batch held apart from the fit and measured on its own
 SOLVERS = ("closed_form", "optimize")
 OFFSET_MODES = ("random", "centre_first")
 PSEUDO_INPUTS = ("P", "LN(P)")

@@ -27,14 +27,20 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import AttentionSlot, attention_slots, check_scheme_applies, rms, write_qk
-from convinit.init.measure import MEASURE_TOKENS, check_held_out, images_for, real_pass_quality, split_batch
+from convinit.init.measure import (
+    HELD_OUT,
+    MEASURE_TOKENS,
+    check_held_out,
+    images_for,
+    real_pass_quality,
+    split_batch,
+)
 from convinit.init.positions import repair_unset
 from convinit.init.registry import register_scheme
 
 VARIANTS = ("trockman_kolter", "paper1")
 QK_CONSTANTS = (0.7, 0.7)  # a1, b1
 VALUE_CONSTANTS = (0.4, 0.4)  # a2, b2
-HELD_OUT = 0.25  # share of an image batch measured apart, as impulse holds it apart from its fit
 
 
 def uniform_unit_variance(size: int, generator: torch.Generator | None) -> torch.Tensor:

@@ -9,9 +9,9 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import attention_slots
-from convinit.init.measure import check_held_out
+from convinit.init.measure import HELD_OUT, check_held_out
 from convinit.init.registry import register_scheme
-from convinit.init.schemes.mimetic import HELD_OUT, real_pass_reports
+from convinit.init.schemes.mimetic import real_pass_reports
 
 
 def check_random_options(options: dict[str, Any]) -> None:

@@ -17,10 +17,10 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import attention_slots, position_table
-from convinit.init.measure import check_held_out
+from convinit.init.measure import HELD_OUT, check_held_out
 from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, check_pos_embed_scale, prepare_positions
 from convinit.init.registry import register_scheme
-from convinit.init.schemes.mimetic import HELD_OUT, real_pass_reports
+from convinit.init.schemes.mimetic import real_pass_reports
 
 
 def check_scaled_position_options(options: dict[str, Any]) -> None:
