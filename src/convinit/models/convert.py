@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from convinit.errors import ConfigError
 from convinit.models.gpsa import gated_output, positional_maps, relative_indices, write_local_init
 from convinit.models.hf_layout import hf_grid, hf_layers, hf_projections, hf_vit_backbone
-from convinit.models.layers import fitted_direction_projector, init_linear, posemb_sincos_2d
+from convinit.models.layers import fitted_direction_projector, init_linear, posemb_sincos_2d, scaled_attention
 from convinit.models.timm_layout import is_timm_layout, timm_grid
 
 KINDS = ("gpsa", "blend", "gpsa+blend")
@@ -211,7 +211,7 @@ class PortedAttention(nn.Module):
             self.attention_map = attn.detach()
             return attn @ v
         dropout = self.attn_drop_p if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=self.scale)
+        return scaled_attention(q, k, v, self.scale, dropout)
 
 
 class PortedGPSA(PortedAttention):

@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from convinit.errors import ConfigError
+from convinit.models.small_heads import applies, small_head_attention
 
 
 def pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -99,7 +100,17 @@ def attend(layer: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) 
         attn = torch.softmax((q @ k.transpose(-2, -1)) * layer.scale, dim=-1)  # (B, H, N, N)
         layer.attention_map = attn.detach()
         return attn @ v
-    return F.scaled_dot_product_attention(q, k, v, scale=layer.scale)
+    return scaled_attention(q, k, v, layer.scale)
+
+
+def scaled_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, dropout: float = 0.0
+) -> torch.Tensor:
+    """softmax(q k^T * scale) @ v over (B, H, N, d): torch's SDPA, or where it is switched on and applies,
+    the fused kernel for many small heads on a CPU (`convinit.models.small_heads`)."""
+    if applies(q, dropout):
+        return small_head_attention(q, k, v, scale)
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale)
 
 
 def check_positive(**sizes: int) -> None:
