@@ -28,10 +28,10 @@ from threads import endless  # benchmarks/threads.py: the same endless batches
 
 from convinit.config import resolve_config
 from convinit.system.denormals import flushes_in_every_thread, set_flush_denormal_everywhere
-from convinit.train.distributed import DistributedContext
 from convinit.train.plan import resolve_plan
+from convinit.train.process import DistributedContext
 from convinit.train.run_builder import build_run
-from convinit.train.step import train_step
+from convinit.train.trainer import train_step
 
 SETTING = [
     "dataset=digits",

@@ -21,11 +21,10 @@ from pathlib import Path
 import torch
 
 from convinit.config import resolve_config
-from convinit.train.distributed import DistributedContext
 from convinit.train.plan import resolve_plan
+from convinit.train.process import DistributedContext, choose_threads
 from convinit.train.run_builder import build_run
-from convinit.train.step import train_step
-from convinit.train.threads import choose_threads
+from convinit.train.trainer import train_step
 
 TORCH_DEFAULT = torch.get_num_threads()  # before anything sets it
 

@@ -1,7 +1,7 @@
 """Where a training step's time goes, per model of the users' regime (docs/speed.md quotes the output).
 
 Each row of `convinit.speed.users_vit` is built as `convinit train` builds it and trained through the
-trainer's step (`train.step.train_step`) on batches from its own loader, under `torch.profiler`, one
+trainer's step (`train.trainer.train_step`) on batches from its own loader, under `torch.profiler`, one
 thread. Every op's time goes to one group:
 
 - attention: what runs inside a block's `attn` module (timm's, GPSA, the blend), forward, and the
@@ -104,7 +104,7 @@ def grouped(events, steps: int) -> dict[str, float]:
 def tracker_ms_per_step(label: str, step) -> float:
     """The grid's trackers once on 256 test images, over the steps of one run of the grid."""
     from convinit.experiments.grid import load_experiment
-    from convinit.train.evaluation import run_trackers
+    from convinit.train.trainer import run_trackers
 
     grid = load_experiment("users-vit-end")
     row = next(r for r in grid["rows"] if r["label"] == ROWS[label].grid_row) if ROWS[label].grid_row else {}

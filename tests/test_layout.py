@@ -39,6 +39,29 @@ def test_the_package_root_holds_only_the_entry_points():
     assert loose == ["__init__.py", "__main__.py", "cli.py", "errors.py"]
 
 
+TRAIN_MODULES = 12  # train/ reads as setup and a loop: a newcomer finds each idea in one of a few modules
+RUN_CLASSES = 3  # classes named after a run: its plan (RunPlan), the run built (Run), a reopened one
+
+
+def test_train_holds_at_most_twelve_modules():
+    modules = sorted(p.name for p in (PACKAGE / "train").glob("*.py"))
+    assert len(modules) <= TRAIN_MODULES, modules
+
+
+def test_at_most_three_classes_of_the_package_are_named_after_a_run():
+    """One class per idea: a run's plan, the run built from it, and a run folder reopened; an exception
+    (RunInterrupted) or a runner of something else is not a run."""
+    named = sorted(
+        node.name
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and "Run" in node.name
+        and not node.name.endswith(("Interrupted", "Runner"))
+    )
+    assert len(named) <= RUN_CLASSES, named
+
+
 def test_every_folder_of_the_package_is_a_package_that_says_what_it_holds():
     folders = {path.parent for path in PACKAGE.rglob("*.py")}
     for folder in sorted(folders):

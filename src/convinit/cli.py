@@ -84,7 +84,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from convinit.train.evaluation import evaluate_run, evaluation_line
+    from convinit.train.trainer import evaluate_run, evaluation_line
 
     print(evaluation_line(evaluate_run(args.run_dir, ema=args.ema, device=args.device), args.ema))
     return 0

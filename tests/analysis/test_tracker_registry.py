@@ -11,7 +11,7 @@ import torch.nn as nn
 import convinit.analysis.trackers
 from convinit.analysis import TRACKERS, get_tracker, list_trackers
 from convinit.errors import ConfigError
-from convinit.train.evaluation import run_trackers
+from convinit.train.trainer import run_trackers
 from tests.naming.dropped_module import dropped_module
 
 DROPPED_TRACKER = """

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from convinit.experiments.paired import PairedDifference, gap_share, paired_difference
-from convinit.experiments.report import RunRecord, find_runs
+from convinit.experiments.report import CellResult, find_runs
 from convinit.experiments.results_page import init_figures, mean_over_seeds, seed_values
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if 
 
 
 @functools.cache
-def runs(grid: str) -> tuple[RunRecord, ...]:
+def runs(grid: str) -> tuple[CellResult, ...]:
     return tuple(find_runs(RESULTS / grid))
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from convinit.experiments.efficiency import efficiency_summary
-from convinit.experiments.report import RunRecord
+from convinit.experiments.report import CellResult
 
 
-def record(method: str, images: int, seed: int, accuracy: float) -> RunRecord:
+def record(method: str, images: int, seed: int, accuracy: float) -> CellResult:
     metrics = [{"epoch": 1, "test_acc": accuracy}]
     experiment = {"group": method, "train_images": images, "fraction": images / 200}
-    return RunRecord(Path(f"{method}-{images}-{seed}"), method, seed, metrics, {}, experiment)
+    return CellResult(Path(f"{method}-{images}-{seed}"), method, seed, metrics, {}, experiment)
 
 
-def summary_of(records: list[RunRecord], monkeypatch) -> str:
+def summary_of(records: list[CellResult], monkeypatch) -> str:
     """The efficiency table of `records` (the grid's runs, stood in for; later calls read them again)."""
     monkeypatch.setattr("convinit.experiments.efficiency.find_runs", lambda root: records)
     return efficiency_summary(Path("runs"))
@@ -33,10 +33,12 @@ def test_each_cell_is_the_mean_and_std_over_seeds(monkeypatch):
     assert "mean +- std over the 1-2 seed(s) of each cell" in table
 
 
-def scheduled(method: str, images: int, epochs: int, steps: int, accuracy: float, run_dir: Path) -> RunRecord:
+def scheduled(
+    method: str, images: int, epochs: int, steps: int, accuracy: float, run_dir: Path
+) -> CellResult:
     metrics = [{"epoch": epochs, "step": steps, "test_acc": accuracy}]
     experiment = {"group": method, "train_images": images, "fraction": images / 120}
-    return RunRecord(run_dir, method, 0, metrics, {}, experiment)
+    return CellResult(run_dir, method, 0, metrics, {}, experiment)
 
 
 def test_columns_of_different_epochs_are_named_with_their_steps(monkeypatch, tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from convinit.experiments.report import RunRecord, plot_curves, plot_sweep, save_plot
+from convinit.experiments.report import CellResult, plot_curves, plot_sweep, save_plot
 
 
 @pytest.fixture
@@ -23,10 +23,10 @@ def drawn(monkeypatch):
     return saved
 
 
-def run(label: str, seed: int, accuracies: list[float], images: int = 0) -> RunRecord:
+def run(label: str, seed: int, accuracies: list[float], images: int = 0) -> CellResult:
     metrics = [{"epoch": epoch, "test_acc": acc} for epoch, acc in enumerate(accuracies)]
     experiment = {"group": label, "train_images": images} if images else {}
-    return RunRecord(Path(f"{label}-{seed}"), label, seed, metrics, {}, experiment)
+    return CellResult(Path(f"{label}-{seed}"), label, seed, metrics, {}, experiment)
 
 
 def test_curves_have_a_title_and_whole_epoch_ticks(tmp_path, drawn):

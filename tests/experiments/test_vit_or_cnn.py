@@ -10,7 +10,7 @@ from PIL import Image
 
 from convinit.cli import main
 from convinit.errors import ConfigError
-from convinit.experiments.report import RunRecord
+from convinit.experiments.report import CellResult
 from convinit.experiments.vit_or_cnn import (
     CNN,
     VIT,
@@ -32,13 +32,13 @@ def write_folder(root: Path, classes: int = 2, per_class: int = 20, side: int = 
     return root
 
 
-def record(label: str, seed: int, accuracy: float, fit: float = 100.0, losses=(1.0,) * 10) -> RunRecord:
+def record(label: str, seed: int, accuracy: float, fit: float = 100.0, losses=(1.0,) * 10) -> CellResult:
     metrics = [{"epoch": e + 1, "train_loss": loss} for e, loss in enumerate(losses)]
     metrics[-1].update(test_acc=accuracy, fit_acc=fit)
-    return RunRecord(Path(f"{label}/seed{seed}"), label, seed, metrics, {})
+    return CellResult(Path(f"{label}/seed{seed}"), label, seed, metrics, {})
 
 
-def rows(vit: list[float], cnn: list[float]) -> list[RunRecord]:
+def rows(vit: list[float], cnn: list[float]) -> list[CellResult]:
     return [record(VIT, s, a) for s, a in enumerate(vit)] + [record(CNN, s, a) for s, a in enumerate(cnn)]
 
 

@@ -12,11 +12,11 @@ import torch
 from convinit.config import resolve_config
 from convinit.data.source import build_data
 from convinit.speed.fake_cuda import CUDA, DeviceOpCount, fake_cuda
-from convinit.train.distributed import DistributedContext
 from convinit.train.opening import open_model, source_shape
 from convinit.train.plan import data_recipe, resolve_plan
-from convinit.train.run_builder import step_parts
-from convinit.train.step import StepParts, StepTotals, train_step
+from convinit.train.process import DistributedContext
+from convinit.train.step_parts import StepParts, StepTotals, step_parts
+from convinit.train.trainer import train_step
 from tests.gpu_path.test_training_step import TINY_VIT, device_run, digits_config, read_dataset
 
 SMALL, LARGE = 16, 256

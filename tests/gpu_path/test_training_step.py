@@ -18,12 +18,11 @@ from convinit.config import TrainConfig, resolve_config
 from convinit.data.datasets import ImageDataset, load_dataset
 from convinit.data.source import DataSource, build_data
 from convinit.speed.fake_cuda import CUDA, DeviceAudit, audit, describe, fake_cuda
-from convinit.train.distributed import DistributedContext
-from convinit.train.evaluation import evaluate
 from convinit.train.opening import open_model, source_shape
 from convinit.train.plan import data_recipe, resolve_plan
-from convinit.train.run_builder import step_parts
-from convinit.train.step import StepParts, StepTotals, train_step
+from convinit.train.process import DistributedContext
+from convinit.train.step_parts import StepParts, StepTotals, step_parts
+from convinit.train.trainer import evaluate, train_step
 
 AUDITED_STEPS = 2
 # small models: shapes cost nothing on fake tensors, but building and initialising real-sized ones does
@@ -146,7 +145,7 @@ def test_evaluation_copies_its_order_and_reads_its_sums_once_per_pass():
         with audit() as recorder:
             evaluate(parts.model, data.test, data.eval_transform, torch.bfloat16)
     sites = [(t.kind, t.site.split(":")[0]) for t in recorder.transfers]
-    expected = [("h2d_async", "convinit/data/device_loader.py"), ("read", "convinit/train/evaluation.py")]
+    expected = [("h2d_async", "convinit/data/device_loader.py"), ("read", "convinit/train/trainer.py")]
     assert sites == expected, describe(recorder.transfers)
 
 

@@ -10,9 +10,9 @@ import torch.nn as nn
 
 from convinit.config import resolve_config
 from convinit.errors import ConfigError
-from convinit.train import memory_guard
-from convinit.train.memory_guard import check_fits_in_memory, largest_batch
-from convinit.train.validation import validate
+from convinit.train import validation
+from convinit.train.plan import largest_batch
+from convinit.train.validation import check_fits_in_memory, validate
 
 GIB = 1 << 30
 
@@ -33,9 +33,9 @@ def fake_meminfo(total_gib: int, available_gib: int):
 def test_the_verdict_uses_the_devices_total_memory_not_what_other_processes_leave_free(monkeypatch):
     with torch.device("meta"):  # 4e8 parameters: about 6 GiB of weights, gradients, moments
         model = nn.Sequential(nn.Flatten(), nn.Linear(64, 20_000), nn.Linear(20_000, 20_000))
-    monkeypatch.setattr(memory_guard, "open", fake_meminfo(total_gib=64, available_gib=1), raising=False)
+    monkeypatch.setattr(validation, "open", fake_meminfo(total_gib=64, available_gib=1), raising=False)
     check_fits_in_memory(model, 8, 1, 8, torch.device("cpu"))  # busy now, but it fits the machine
-    monkeypatch.setattr(memory_guard, "open", fake_meminfo(total_gib=4, available_gib=4), raising=False)
+    monkeypatch.setattr(validation, "open", fake_meminfo(total_gib=4, available_gib=4), raising=False)
     with pytest.raises(ConfigError, match="but cpu has 4.0 GiB of memory in all"):
         check_fits_in_memory(model, 8, 1, 8, torch.device("cpu"))
 
@@ -45,7 +45,7 @@ def test_a_fixed_format_set_too_large_for_the_memory_that_must_hold_it_is_refuse
     monkeypatch, mode, where
 ):
     """digits is 1,000 training images of 64 bytes: a machine of 32 KiB cannot hold it decoded."""
-    monkeypatch.setattr(memory_guard, "total_memory", lambda device: 32 * 1024)
+    monkeypatch.setattr(validation, "total_memory", lambda device: 32 * 1024)
     with pytest.raises(ConfigError, match=f"need 0.0 GiB decoded but {where} has 0.0 GiB of memory in all"):
         validate(resolve_config(None, [f"data_mode={mode}", "device=cpu"]))
 
@@ -74,7 +74,7 @@ def test_an_activation_estimate_that_fails_is_a_refusal_never_zero_bytes():
 def test_an_image_size_the_machine_cannot_hold_is_refused_from_the_meta_model(monkeypatch):
     """img_size=100000 was weighed by its parameters alone and then OOM-killed while the real model was
     built; its position table and activations are weighed on the meta device now."""
-    monkeypatch.setattr(memory_guard, "total_memory", lambda device: 64 * GIB)
+    monkeypatch.setattr(validation, "total_memory", lambda device: 64 * GIB)
     with pytest.raises(ConfigError, match=r"GiB of buffers; .* but cpu has 64.0 GiB of memory in all"):
         validate(resolve_config(None, ["img_size=100000", "device=cpu"]))
 

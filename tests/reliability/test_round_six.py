@@ -76,7 +76,7 @@ def test_a_teacher_trained_on_another_image_size_is_refused_in_one_line(tmp_path
 
 def test_an_exported_teacher_of_other_channels_is_refused_in_one_line(tmp_path, tiny_overrides):
     from convinit.train.plan import DataShape
-    from convinit.train.teacher import check_teacher
+    from convinit.train.step_parts import check_teacher
 
     export = tmp_path / "export"
     export.mkdir()

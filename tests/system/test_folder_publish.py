@@ -110,7 +110,8 @@ def test_leftovers_of_a_running_export_and_of_other_folders_are_left_alone(tmp_p
 
 
 def test_the_export_module_imports_first_in_a_fresh_interpreter():
-    """What `convinit export` does first: it used to meet train.teacher half-imported and stop."""
+    """What `convinit export` does first: it used to meet the teacher (now in train.step_parts) half-imported
+    and stop."""
     result = subprocess.run(
         [sys.executable, "-c", "import convinit.share.export"], capture_output=True, text=True, check=False
     )

@@ -51,7 +51,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
 
 
 def test_each_rank_draws_its_own_augmentations_and_an_epochs_draws_are_reproducible():
-    from convinit.train.rng import seed_everything, seed_rank_epoch
+    from convinit.train.process import seed_everything, seed_rank_epoch
 
     draws = []
     for rank in (0, 1):

@@ -12,7 +12,7 @@ from convinit.config import resolve_config
 from convinit.data.source import build_data
 from convinit.train.opening import init_images, initialize_model, open_model, source_shape
 from convinit.train.plan import data_recipe, resolve_plan
-from convinit.train.rng import seed_everything
+from convinit.train.process import seed_everything
 
 
 def initialised(scheme: str, batch) -> tuple[dict, dict]:

@@ -12,9 +12,9 @@ from convinit.errors import ConfigError
 from convinit.init.registry import init_spec
 from convinit.models import external
 from convinit.train import opening, train
-from convinit.train.distributed import DistributedContext
 from convinit.train.opening import initialize_model, open_run
 from convinit.train.plan import resolve_plan
+from convinit.train.process import DistributedContext
 from convinit.train.run_builder import build_run
 from convinit.train.validation import validate
 
@@ -95,8 +95,8 @@ def test_a_run_reopened_at_step_0_holds_the_weights_its_training_started_from(
 
 def test_evaluation_export_and_a_teacher_reopen_a_run_at_the_same_weights(tmp_path, tiny_overrides):
     from convinit.share.export import export_run
-    from convinit.train.evaluation import evaluate_run
-    from convinit.train.teacher import load_teacher
+    from convinit.train.step_parts import load_teacher
+    from convinit.train.trainer import evaluate_run
 
     trained = train(resolve_config(None, tiny_overrides), tmp_path / "run", progress=False)
     final = state_of(trained.model)
@@ -113,8 +113,8 @@ def test_export_and_a_teacher_never_reseed_the_caller_or_change_its_threads(
     """Opening a checkpoint skips step 1: a teacher loaded inside a training run must not reseed that
     run's generators or change its thread count; evaluation and a replayed init take it."""
     from convinit.share.export import export_run
-    from convinit.train.evaluation import evaluate_run
-    from convinit.train.teacher import load_teacher
+    from convinit.train.step_parts import load_teacher
+    from convinit.train.trainer import evaluate_run
 
     train(resolve_config(None, tiny_overrides), tmp_path / "run", progress=False)
     settled = []

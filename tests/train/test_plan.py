@@ -13,7 +13,7 @@ from convinit.config import resolve_config
 from convinit.data import load_dataset
 from convinit.models import external
 from convinit.speed.stream import fabricate_folder
-from convinit.train import device as device_module
+from convinit.train import process as device_module
 from convinit.train import train, trainer
 from convinit.train.plan import DataShape, known_shape
 

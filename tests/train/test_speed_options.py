@@ -274,7 +274,7 @@ def test_cuda_uses_tf32_and_cudnn_benchmark_unless_fp32_or_deterministic_asks_ot
     precision, deterministic, expected, api
 ):
     """On either of torch's TF32 APIs (before 2.9 an `fp32_precision` write raised AttributeError)."""
-    from convinit.train.device import autocast_dtype, configure_cuda_math
+    from convinit.train.process import autocast_dtype, configure_cuda_math
 
     backends = api()
     cfg = resolve_config(None, [f"precision={precision}", f"deterministic={str(deterministic).lower()}"])
@@ -289,7 +289,7 @@ def test_cuda_uses_tf32_and_cudnn_benchmark_unless_fp32_or_deterministic_asks_ot
 def test_this_torchs_own_tf32_api_takes_the_setting():
     """The real `torch.backends` of the installed torch, whichever API it has; flags restored by hand
     (pytest's monkeypatch deletes attributes torch serves through `__getattr__` at teardown)."""
-    from convinit.train.device import set_tf32
+    from convinit.train.process import set_tf32
 
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     new = hasattr(matmul, "fp32_precision")

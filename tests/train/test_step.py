@@ -11,7 +11,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from convinit import create_model
 from convinit.data import BatchAugment, MixupCutmix
-from convinit.train.step import DeviceEMA, StepParts, StepTotals, train_step
+from convinit.train.step_parts import DeviceEMA, StepParts, StepTotals
+from convinit.train.trainer import train_step
 
 # device-to-host reads: what `.item()`, `bool(tensor)`, `torch.equal` and friends dispatch to
 HOST_READS = {"_local_scalar_dense", "is_nonzero", "equal", "item"}
@@ -195,7 +196,7 @@ def test_the_fused_kernel_skips_where_found_inf_is_set(optimizer):
 
 def test_compile_mode_auto_is_cuda_graphs_without_autotuning_on_one_gpu_and_torchs_default_elsewhere():
     from convinit.config import resolve_config
-    from convinit.train.run_builder import compile_mode
+    from convinit.train.step_parts import compile_mode
 
     auto = resolve_config(None, ["compile=true"])
     assert compile_mode(auto, torch.device("cuda")) == "reduce-overhead"

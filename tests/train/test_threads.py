@@ -14,7 +14,7 @@ from convinit.data.cores import cgroup_cores
 from convinit.data.streamed_loader import StreamingImages, StreamLoader
 from convinit.errors import ConfigError
 from convinit.train import evaluate_run, train
-from convinit.train.threads import CONCURRENT_RUNS_ENV, choose_threads, read_recorded
+from convinit.train.process import CONCURRENT_RUNS_ENV, choose_threads, read_recorded
 
 
 @pytest.fixture(autouse=True)
@@ -121,9 +121,8 @@ def test_grid_children_are_told_how_many_runs_share_the_machine(tmp_path, monkey
 
 
 def test_a_streamed_run_counts_its_data_workers_against_its_threads(tmp_path, tiny_overrides, monkeypatch):
-    from convinit.train.distributed import DistributedContext
+    from convinit.train.process import DistributedContext, usable_cores
     from convinit.train.run_builder import build_run
-    from convinit.train.threads import usable_cores
     from convinit.train.validation import validate
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -174,7 +173,7 @@ def test_the_streamed_loaders_take_the_ranks_share_of_workers(monkeypatch):
 
 
 def test_every_rank_records_its_own_count_and_workers_and_reads_its_own_back(tmp_path):
-    from convinit.train.threads import ThreadChoice, record_threads
+    from convinit.train.process import ThreadChoice, record_threads
 
     record_threads(tmp_path, ThreadChoice(3, "main"), rank=0, workers=2)
     record_threads(tmp_path, ThreadChoice(1, "other"), rank=1, workers=2)

@@ -141,7 +141,7 @@ class TrainConfig:
     # init's peaked maps are mostly subnormal, which some CPUs compute many times slower; runs trained
     # before the key existed did not flush (and load as false), the kept grids' presets pin false
     flush_denormal: bool = True
-    threads: int | None = None  # CPU threads of this process; null: chosen (see convinit.train.threads)
+    threads: int | None = None  # CPU threads of this process; null: chosen (see convinit.train.process)
     compile: bool = False  # torch.compile the training forward/backward (checkpoints keep plain keys)
     # torch.compile's mode; auto: reduce-overhead (CUDA graphs, no autotuning) on one GPU, default elsewhere
     compile_mode: str = "auto"

@@ -1,6 +1,6 @@
 """The CPU cores this process may use, and its share of them when several ranks of one run (torchrun's
 local ranks) or several runs share the machine: what the decoding workers (`data/source.py`) and the
-compute threads (`train/threads.py`) are both sized from, so that 8 ranks on 16 cores do not each start
+compute threads (`train/process.py`) are both sized from, so that 8 ranks on 16 cores do not each start
 16 workers and 15 threads."""
 
 from __future__ import annotations

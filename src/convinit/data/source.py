@@ -371,7 +371,7 @@ def stream_loaders(
         pin_memory=pin,
         device=device,
     )
-    test = StreamLoader(  # under DDP each rank evaluates its shard (see train/evaluation.py)
+    test = StreamLoader(  # under DDP each rank evaluates its shard (see `evaluate` in train/trainer.py)
         test_set,
         recipe.eval_batch_size,
         rank=rank,

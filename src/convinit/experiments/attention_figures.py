@@ -7,17 +7,15 @@ the trained one comes from the newest checkpoint. The maps are drawn on a real t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-from convinit.config import TrainConfig
 from convinit.errors import ConfigError
 from convinit.experiments.grid import slug
 from convinit.runs.checkpoint import latest_checkpoint, load_weights
-from convinit.train.opening import open_run
+from convinit.train.opening import OpenedRun, open_run
 
 
 def has_attention(model: nn.Module) -> bool:
@@ -27,25 +25,20 @@ def has_attention(model: nn.Module) -> bool:
     return has_attention_layers(model)
 
 
-@dataclass
-class RunModel:
-    """A run's model as initialised, and one real test image to look through it."""
-
-    cfg: TrainConfig
-    model: nn.Module
-    image: torch.Tensor  # (1, C, H, W), a test image normalised as the model's input
-    init_images: torch.Tensor  # (B, C, H, W), the training images the init was fitted on and measured with
-    init_report: dict
-
-
-def model_at_init(run_dir: Path) -> RunModel:
-    """The run's model at step 0, reopened in the builder's order (seed, data, model, init), on the CPU."""
+def model_at_init(run_dir: Path) -> OpenedRun:
+    """The run's model at step 0, reopened in the builder's order (seed, data, model, init), on the CPU,
+    in eval mode: the run as every tool reopens one (`open_run`), with its init images and report."""
     run = open_run(run_dir, at="init")
-    image = run.data.test_batch(1, torch.device("cpu"))
-    return RunModel(run.cfg, run.model.eval(), image, run.init_images, run.init_report)
+    run.model.eval()
+    return run
 
 
-def describe(run: RunModel) -> str:
+def first_test_image(run: OpenedRun) -> torch.Tensor:
+    """(1, C, H, W): the run's first test image, normalised as the model's input, to look through it."""
+    return run.data.test_batch(1, torch.device("cpu"))
+
+
+def describe(run: OpenedRun) -> str:
     """'convit_tiny, GPSA local init, digits': the model, its init as a user would name it, the data."""
     from convinit.analysis.gates import gate_values
 
@@ -64,7 +57,7 @@ def attention_figures(
 
 
 def draw_attention(
-    run: RunModel,
+    run: OpenedRun,
     run_dir: Path,
     out: Path,
     label: str,
@@ -82,10 +75,9 @@ def draw_attention(
     stem = stem or slug(label)
     init = out / f"{stem}-init.png"
     offsets = report_offsets(run.init_report)  # impulse: each head's target, marked on its panel
+    image = first_test_image(run)
     paths = [
-        plot_attention_maps(
-            run.model, run.image, init, layers=layers, title=f"{title}, step 0", offsets=offsets
-        )
+        plot_attention_maps(run.model, image, init, layers=layers, title=f"{title}, step 0", offsets=offsets)
     ]
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None:
@@ -94,7 +86,7 @@ def draw_attention(
         paths.append(
             plot_attention_maps(
                 run.model,
-                run.image,
+                image,
                 trained,
                 layers=layers,
                 title=f"{title}, checkpoint {checkpoint.name}",

@@ -22,8 +22,8 @@ from convinit.data.recipe import DataRecipe
 from convinit.data.source import drops_last_batch
 from convinit.data.subsets import stratified_subset
 from convinit.errors import ConfigError
-from convinit.experiments.grid import RunSpec, flatten, slug
-from convinit.experiments.report import RunRecord, find_runs, resolution_note, test_images
+from convinit.experiments.grid import GridCell, flatten, slug
+from convinit.experiments.report import CellResult, find_runs, resolution_note, test_images
 from convinit.train.plan import data_recipe
 
 if TYPE_CHECKING:
@@ -78,8 +78,8 @@ def efficiency_runs(
     seeds: tuple[int, ...] | list[int] = (0,),
     scale_epochs: bool = False,
     overrides: dict[str, Any] | None = None,
-) -> list[RunSpec]:
-    """methods: {label: (preset, overrides)}; one RunSpec per method x fraction x seed.
+) -> list[GridCell]:
+    """methods: {label: (preset, overrides)}; one GridCell per method x fraction x seed.
 
     Overrides may use dotted keys (`model_args.dim`) or nested mappings.
     """
@@ -117,7 +117,7 @@ def efficiency_runs(
                     preset, merge(merge(method_overrides, overrides), {**changes, "seed": seed})
                 )
                 runs.append(
-                    RunSpec(
+                    GridCell(
                         "efficiency",
                         f"{label} @ {fraction:g}",
                         seed,
@@ -136,7 +136,7 @@ def efficiency_runs(
     return runs
 
 
-def efficiency_dirname(spec: RunSpec) -> str:
+def efficiency_dirname(spec: GridCell) -> str:
     return f"{slug(spec.extra['group'])}/f{spec.extra['fraction']:g}/seed{spec.seed}"
 
 
@@ -145,12 +145,12 @@ def accuracies(root: Path) -> dict[str, dict[int, list[float]]]:
     return accuracies_of(find_runs(root))
 
 
-def efficiency_records(records: list[RunRecord]) -> list[RunRecord]:
+def efficiency_records(records: list[CellResult]) -> list[CellResult]:
     """The finished runs that an efficiency grid made (they record their training images)."""
     return [r for r in records if "train_images" in r.experiment and r.final_accuracy is not None]
 
 
-def accuracies_of(records: list[RunRecord]) -> dict[str, dict[int, list[float]]]:
+def accuracies_of(records: list[CellResult]) -> dict[str, dict[int, list[float]]]:
     points: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for record in efficiency_records(records):
         group = record.experiment.get("group", record.label)  # a hand-made record may lack it
@@ -167,7 +167,7 @@ def mean_curves(points: dict[str, dict[int, list[float]]]) -> dict[str, list[tup
     return {m: sorted((n, statistics.fmean(a)) for n, a in by_n.items()) for m, by_n in points.items()}
 
 
-def schedule_note(records: list[RunRecord]) -> str:
+def schedule_note(records: list[CellResult]) -> str:
     """Epochs and optimisation steps of each column (training images), and whether the columns differ in
     them: a curve across columns of different schedules compares more than the data size."""
     epochs: dict[int, set[int]] = defaultdict(set)

@@ -17,7 +17,7 @@ shrunk copy of another. A scale may carry its own `rows` and `seeds` (e.g. other
 CPU). Extra keys of a row (alpha, group, fraction) are kept in the run's experiment.json for the
 report's plots.
 
-`expand()` turns it into one `RunSpec` per (row, seed), each with its validated TrainConfig and a
+`expand()` turns it into one `GridCell` per (row, seed), each with its validated TrainConfig and a
 stable run directory name, so a grid can be resumed by re-running it.
 """
 
@@ -39,7 +39,7 @@ SCALES = ("small", "full")
 
 
 @dataclass
-class RunSpec:
+class GridCell:
     """One run of a grid: its row label, seed, resolved config and directory name."""
 
     experiment: str
@@ -128,7 +128,7 @@ def expand(
     scale: str = "small",
     seeds: list[int] | None = None,
     extra_overrides: dict[str, Any] | None = None,
-) -> list[RunSpec]:
+) -> list[GridCell]:
     """Every (row, seed) run of experiment `name` at `scale`, configs validated up front."""
     spec = load_experiment(name)
     if scale not in spec["scales"]:
@@ -143,7 +143,7 @@ def expand(
         for seed in seeds:
             cfg = resolve_config(preset, merge(overrides, {"seed": seed}))
             runs.append(
-                RunSpec(
+                GridCell(
                     spec["name"],
                     row["label"],
                     seed,
@@ -157,7 +157,7 @@ def expand(
     return runs
 
 
-def select_rows(runs: list[RunSpec], rows: list[str] | None) -> list[RunSpec]:
+def select_rows(runs: list[GridCell], rows: list[str] | None) -> list[GridCell]:
     """The runs of the rows named by label or by folder name (`slug`: what results/ shows), every run
     when none is named; an unknown name is refused in one line listing the grid's rows."""
     if not rows:

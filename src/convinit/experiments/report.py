@@ -42,7 +42,9 @@ TRACKED_KEYS = (*BIAS_KEYS, "init_quality/entropy")  # tabulated at step 0 and a
 
 
 @dataclass
-class RunRecord:
+class CellResult:
+    """One finished run of a grid cell (a row label and a seed), read back: its metrics and config."""
+
     run_dir: Path
     label: str
     seed: int
@@ -148,7 +150,7 @@ def run_label(run_dir: Path, root: Path, experiment: dict[str, Any]) -> str:
 RUN_MARKERS = ("config.yaml", "metrics.jsonl", "finished.json", "experiment.json")  # a run folder holds one
 
 
-def find_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list[RunRecord]:
+def find_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list[CellResult]:
     """Every finished run under `root` (folders with config.yaml, metrics.jsonl and finished.json).
 
     Every other folder that holds a run's files (unfinished, failed, finished without its config or
@@ -158,7 +160,7 @@ def find_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list
     folders = sorted({path.parent for name in RUN_MARKERS for path in root.rglob(name)})
     for run_dir in folders:
         found = read_run(run_dir, root)
-        if isinstance(found, RunRecord):
+        if isinstance(found, CellResult):
             records.append(found)
         else:
             left_out.append((run_dir, found))
@@ -170,7 +172,7 @@ def find_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list
     return sorted(records, key=lambda r: r.experiment.get("row", 0))  # stable: path order within a row
 
 
-def read_run(run_dir: Path, root: Path) -> RunRecord | str:
+def read_run(run_dir: Path, root: Path) -> CellResult | str:
     """The finished run in `run_dir`, or why it gives no final figure.
 
     The final row is the one `finished.json` records (the trainer writes it when the run ends), never
@@ -198,7 +200,7 @@ def read_run(run_dir: Path, root: Path) -> RunRecord | str:
         )
     rows = [row for row in metrics if row["epoch"] < epoch] + [last]
     label = run_label(run_dir, root, experiment)
-    return RunRecord(run_dir, label, int(config.get("seed", 0)), rows, config, experiment)
+    return CellResult(run_dir, label, int(config.get("seed", 0)), rows, config, experiment)
 
 
 def read_finished(path: Path) -> dict[str, Any] | str:
@@ -240,13 +242,13 @@ def failure_reason(path: Path) -> str:
     return reason.strip() or "unknown (failed.json gives no reason)"
 
 
-def group_runs(records: list[RunRecord]) -> list[tuple[str, list[RunRecord]]]:
+def group_runs(records: list[CellResult]) -> list[tuple[str, list[CellResult]]]:
     """(row name, runs) in first-seen order: one row per label and setting; a label whose runs hold
     several settings gives one row per setting, named by the keys whose values differ."""
-    groups: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
     for record in records:
         groups[(record.label, json.dumps(record.setting, sort_keys=True, default=str))].append(record)
-    by_label: dict[str, list[list[RunRecord]]] = defaultdict(list)
+    by_label: dict[str, list[list[CellResult]]] = defaultdict(list)
     for (label, _), group in groups.items():
         by_label[label].append(group)
     named = []
@@ -263,7 +265,7 @@ def group_runs(records: list[RunRecord]) -> list[tuple[str, list[RunRecord]]]:
     return named
 
 
-def ordered_groups(records: list[RunRecord], reference: str | None) -> list[tuple[str, list[RunRecord]]]:
+def ordered_groups(records: list[CellResult], reference: str | None) -> list[tuple[str, list[CellResult]]]:
     """`group_runs`, with the `reference` row first; ConfigError naming the rows if there is none."""
     groups = group_runs(records)
     if reference is None:
@@ -275,7 +277,7 @@ def ordered_groups(records: list[RunRecord], reference: str | None) -> list[tupl
     return first + [g for g in groups if g[0] != reference]
 
 
-def summarise(records: list[RunRecord], reference: str | None = None) -> list[dict[str, Any]]:
+def summarise(records: list[CellResult], reference: str | None = None) -> list[dict[str, Any]]:
     """One table row per configuration (`group_runs`), in first-seen order or `reference` first; each
     row's paired difference is against the first row."""
     rows, reference_accs = [], None
@@ -342,7 +344,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def test_images(records: list[RunRecord]) -> int | None:
+def test_images(records: list[CellResult]) -> int | None:
     """The smallest test set the runs were evaluated on (their `preprocessing.json`), None if unrecorded."""
     counts = [read_json(r.run_dir / "preprocessing.json").get("test_images") for r in records]
     counts = [n for n in counts if isinstance(n, int) and not isinstance(n, bool) and n > 0]
@@ -386,7 +388,7 @@ def save_plot(fig, ax, path: Path, legend_size: int = 8, title: str | None = Non
     plt.close(fig)
 
 
-def plot_curves(records: list[RunRecord], path: Path, title: str = "Test accuracy after each epoch") -> None:
+def plot_curves(records: list[CellResult], path: Path, title: str = "Test accuracy after each epoch") -> None:
     """Test accuracy against the epoch (whole epochs on the axis), one line per row, mean over seeds."""
     import matplotlib
 
@@ -413,7 +415,7 @@ def plot_curves(records: list[RunRecord], path: Path, title: str = "Test accurac
     save_plot(fig, ax, path, legend_size=8, title=title)
 
 
-def epoch_counts(groups: list[tuple[str, list[RunRecord]]]) -> list[int]:
+def epoch_counts(groups: list[tuple[str, list[CellResult]]]) -> list[int]:
     """The number of epochs each row's runs trained (their last metrics row)."""
     return [max(r.metrics[-1]["epoch"] for r in group) for _, group in groups]
 
@@ -430,7 +432,7 @@ def dodged(xs: list[float], index: int, count: int, span: tuple[float, float], l
     return [x + shift * ((high - low) or 1.0) for x in xs]
 
 
-def plot_sweep(records: list[RunRecord], key: str, path: Path, xlabel: str, log_x: bool = False) -> bool:
+def plot_sweep(records: list[CellResult], key: str, path: Path, xlabel: str, log_x: bool = False) -> bool:
     """Accuracy against an experiment key (alpha, number of training images), one line per `group`."""
     points: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
@@ -483,7 +485,7 @@ BIAS_NOTE = (
 )
 
 
-def bias_points(record: RunRecord, key: str) -> dict[int, float]:
+def bias_points(record: CellResult, key: str) -> dict[int, float]:
     """{global step: value} of a tracker figure from the evaluations and track.jsonl."""
     points = {
         int(row.get("step", 0)): row[key]
@@ -496,7 +498,7 @@ def bias_points(record: RunRecord, key: str) -> dict[int, float]:
     return points
 
 
-def plot_bias(records: list[RunRecord], path: Path) -> bool:
+def plot_bias(records: list[CellResult], path: Path) -> bool:
     """Target and best-offset mass against the training step, one colour per row; False if untracked."""
     lines = []
     for label, group in group_runs(records):
@@ -552,7 +554,7 @@ def write_report(
 
 
 def write_report_files(
-    records: list[RunRecord],
+    records: list[CellResult],
     failures: list[tuple[str, int, str]],
     rows: list[dict[str, Any]],
     out: Path,

@@ -42,7 +42,7 @@ from convinit.config import read_yaml
 from convinit.errors import ConfigError
 from convinit.experiments.grid import expand, flatten
 from convinit.experiments.paired import GapShare, PairedDifference, gap_share, paired_difference
-from convinit.experiments.report import RunRecord, find_runs, read_json
+from convinit.experiments.report import CellResult, find_runs, read_json
 from convinit.naming.did_you_mean import suggestion
 from convinit.runs.metrics import loss_change_at_end
 from convinit.system.read_back import short_repr
@@ -208,7 +208,7 @@ def checked_claim(entry: dict[str, Any]) -> Claim:
 OPTIONAL = ("experiment", "row", "reference", "ceiling", "cpu", "note")  # text, or null for none
 
 
-def metric_value(record: RunRecord, metric: str) -> float | None:
+def metric_value(record: CellResult, metric: str) -> float | None:
     """A run's figure for a claim metric, read by its entry in METRICS (one table, so the names a claim may
     use, the code that reads them and the list in results/claims.yaml cannot drift apart)."""
     entry, argument = find_metric(metric)
@@ -219,7 +219,7 @@ def metric_value(record: RunRecord, metric: str) -> float | None:
 class Metric:
     """How a run gives one claim metric's figure, and what that figure is, for a reader."""
 
-    read: Callable[[RunRecord, str], float | None]  # (run, the text after the prefix; "" for a plain name)
+    read: Callable[[CellResult, str], float | None]  # (run, the text after the prefix; "" for a plain name)
     description: str
     argument: str = ""  # the parameter a prefix takes, as results/claims.yaml names it (N, KEY)
     accepts: Callable[[str], bool] = bool  # whether a parameter is one this metric can read
@@ -241,48 +241,48 @@ def number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def final_train_acc(record: RunRecord, _: str) -> float | None:
+def final_train_acc(record: CellResult, _: str) -> float | None:
     """The last epoch's running training accuracy, as trained (augmented)."""
     return number(record.metrics[-1].get("train_acc"))
 
 
-def fit_acc(record: RunRecord, _: str) -> float | None:
+def fit_acc(record: CellResult, _: str) -> float | None:
     """The model on its own training images, unaugmented, after the last epoch: whether it fitted them."""
     return number(record.metrics[-1].get("fit_acc"))
 
 
-def late_loss_change(record: RunRecord, _: str) -> float | None:
+def late_loss_change(record: CellResult, _: str) -> float | None:
     """The training loss of the last epoch minus that of the epoch a tenth of the run earlier (at least
     one): near 0 where the run had plateaued, clearly negative where it was still learning."""
     change = loss_change_at_end(record.metrics)
     return None if change is None else change[0]
 
 
-def acc_at_epoch(record: RunRecord, epoch: str) -> float | None:
+def acc_at_epoch(record: CellResult, epoch: str) -> float | None:
     found = [row.get("test_acc") for row in record.metrics if row.get("epoch") == int(epoch)]
     return found[-1] if found else None
 
 
-def tracked_change(record: RunRecord, key: str) -> float | None:
+def tracked_change(record: CellResult, key: str) -> float | None:
     """Needs the step-0 row: without it the first row is already trained."""
     start, end = record.metrics[0].get(key), record.metrics[-1].get(key)
     numbers = isinstance(start, int | float) and isinstance(end, int | float)
     return float(end) - float(start) if numbers and record.metrics[0].get("epoch") == 0 else None
 
 
-def gate_spread(record: RunRecord, _: str) -> float | None:
+def gate_spread(record: CellResult, _: str) -> float | None:
     gates = layer_means(record.metrics[-1], "gate")
     return gates[min(gates)] - gates[max(gates)] if gates else None
 
 
-def mean_gate(record: RunRecord, _: str) -> float | None:
+def mean_gate(record: CellResult, _: str) -> float | None:
     """How positional a GPSA model (or a converted ViT) stays: its gates' mean over layers and heads at
     the end (sigmoid(1) = 0.73 at the start; 0 is content attention alone)."""
     gates = layer_means(record.metrics[-1], "gate")
     return statistics.fmean(gates.values()) if gates else None
 
 
-def nonlocality_growth(record: RunRecord, _: str) -> float | None:
+def nonlocality_growth(record: CellResult, _: str) -> float | None:
     first, last = (
         layer_means(record.metrics[0], "nonlocality"),
         layer_means(record.metrics[-1], "nonlocality"),
@@ -339,7 +339,7 @@ class Outcome:
     share: GapShare | None = None  # of the gap between the reference and the claim's ceiling
 
 
-def seed_values(records: list[RunRecord], label: str | None, metric: str) -> dict[int, float]:
+def seed_values(records: list[CellResult], label: str | None, metric: str) -> dict[int, float]:
     found = {}
     for record in records:
         if record.label == label:
@@ -349,7 +349,7 @@ def seed_values(records: list[RunRecord], label: str | None, metric: str) -> dic
     return found
 
 
-def judge(claim: Claim, records: list[RunRecord]) -> Outcome:
+def judge(claim: Claim, records: list[CellResult]) -> Outcome:
     values = seed_values(records, claim.row, claim.metric)
     reference = seed_values(records, claim.reference, claim.metric) if claim.reference else {}
     if claim.reference is None:  # a figure judged against 0 (e.g. a gate spread)
@@ -394,7 +394,7 @@ def mean_std(values: dict[int, float]) -> str:
     return f"{statistics.fmean(numbers):.2f} +- {statistics.stdev(numbers):.2f} ({len(numbers)} seeds)"
 
 
-def setting(claim: Claim, records: list[RunRecord]) -> str:
+def setting(claim: Claim, records: list[CellResult]) -> str:
     """'digits, 1,000 train / 797 test images, simplevit (dim 64, depth 4), 20 epochs': the row's
     config as the grid states it (so a row not yet run shows it too), image counts from a finished run."""
     configs = row_configs(claim.experiment or "", overrides_key(claim))
@@ -460,7 +460,7 @@ def grid_words(claim: Claim) -> str:
     return f"{claim.experiment} with {claim.overrides_text()}" if claim.overrides else str(claim.experiment)
 
 
-def claim_row(claim: Claim, outcome: Outcome, records: list[RunRecord]) -> str:
+def claim_row(claim: Claim, outcome: Outcome, records: list[CellResult]) -> str:
     difference = "-" if outcome.difference is None else outcome.difference.describe()
     if outcome.share is not None:
         difference += f"; share of the gap to {claim.ceiling}: {outcome.share.describe()}"
@@ -485,7 +485,7 @@ HEADER = (
 def render(results: Path) -> str:
     """The whole page, from `results/claims.yaml` and the runs under `results/`."""
     claims = load_claims(results)
-    runs: dict[str, list[RunRecord]] = {}
+    runs: dict[str, list[CellResult]] = {}
     skipped: list[tuple[Path, str]] = []
     for claim in claims:
         if claim.experiment and claim.runs_folder not in runs:
@@ -568,7 +568,7 @@ GRID_NOTE = (
 )
 
 
-def grid_tables(runs: dict[str, list[RunRecord]], commands: dict[str, str]) -> list[str]:
+def grid_tables(runs: dict[str, list[CellResult]], commands: dict[str, str]) -> list[str]:
     """Every row of every grid (per results folder) with its seeds, and how convolutional its init started."""
     parts = ["## Every row of every grid", "", GRID_NOTE, ""]
     for folder, records in runs.items():
@@ -598,13 +598,13 @@ def grid_tables(runs: dict[str, list[RunRecord]], commands: dict[str, str]) -> l
     return parts
 
 
-def mean_over_seeds(records: list[RunRecord], label: str, metric: str, digits: int = 2) -> str:
+def mean_over_seeds(records: list[CellResult], label: str, metric: str, digits: int = 2) -> str:
     """'0.84': a claim metric's mean over a row's seeds, to two decimals; '-' where no run gives it."""
     values = seed_values(records, label, metric)
     return f"{statistics.fmean(values.values()):.{digits}f}" if values else "-"
 
 
-def init_figures(records: list[RunRecord], label: str) -> str:
+def init_figures(records: list[CellResult], label: str) -> str:
     """Mean over seeds of the init report's held-apart real-pass figures, where the init has targets."""
     found = []
     for record in (r for r in records if r.label == label):

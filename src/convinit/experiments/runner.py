@@ -31,7 +31,7 @@ from typing import Any
 from convinit.config import TrainConfig, config_differences, load_config, save_config, say_notes
 from convinit.errors import ConfigError, ConvinitError
 from convinit.experiments.failures import record_failure
-from convinit.experiments.grid import RunSpec
+from convinit.experiments.grid import GridCell
 from convinit.runs.checkpoint import latest_checkpoint
 from convinit.runs.ownership import own_run_dir
 from convinit.runs.provenance import provenance
@@ -39,7 +39,7 @@ from convinit.runs.signals import RunInterrupted
 from convinit.system import parent_death as lifetime
 from convinit.system.atomic import atomic_write_text, make_folder
 from convinit.train import train
-from convinit.train.threads import CONCURRENT_RUNS_ENV
+from convinit.train.process import CONCURRENT_RUNS_ENV
 
 LAUNCHERS = ("local", "slurm")
 
@@ -57,7 +57,7 @@ def start_outcome(run_dir: Path) -> str:
     return "trained" if checkpoint is None else f"resumed from {checkpoint.name}"
 
 
-def write_experiment_record(spec: RunSpec, run_dir: Path, out: Path) -> None:
+def write_experiment_record(spec: GridCell, run_dir: Path, out: Path) -> None:
     make_folder(run_dir, inside=out)  # a row's or a seed's folder inside the grid's is never a link
     record = {
         "experiment": spec.experiment,
@@ -85,7 +85,7 @@ def changed_runs(out: Path, planned: Iterable[tuple[str, TrainConfig]]) -> list[
     return changed
 
 
-def check_unchanged(runs: list[RunSpec], out: Path) -> None:
+def check_unchanged(runs: list[GridCell], out: Path) -> None:
     """ConfigError naming every existing run whose saved config differs from the grid's."""
     changed = [
         f"{dirname} ({', '.join(keys)})"
@@ -99,7 +99,7 @@ def check_unchanged(runs: list[RunSpec], out: Path) -> None:
         )
 
 
-def check_distinct(runs: list[RunSpec]) -> None:
+def check_distinct(runs: list[GridCell]) -> None:
     seen: dict[str, str] = {}
     for spec in runs:
         if spec.dirname in seen:
@@ -237,7 +237,7 @@ def run_in_process(todo: list[Path], progress: bool, stop: GridStop) -> dict[str
     return outcome
 
 
-def bind_teacher(spec: RunSpec, out: Path) -> RunSpec:
+def bind_teacher(spec: GridCell, out: Path) -> GridCell:
     """A row's `teacher` may name another run of its grid: `{grid}` is the grid's folder and `{seed}` the
     run's seed (`teacher: "{grid}/convmixer-cnn/seed{seed}"`: each seed's student learns from the CNN of
     the same seed, the pairing DeiT compared against)."""
@@ -272,7 +272,7 @@ def unfinished_teacher(run_dir: Path, out: Path, outcome: dict[str, str]) -> boo
 
 
 def run_grid(
-    runs: Iterable[RunSpec],
+    runs: Iterable[GridCell],
     out: Path,
     launcher: str = "local",
     jobs: int = 1,

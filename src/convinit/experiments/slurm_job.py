@@ -39,7 +39,7 @@ from convinit.experiments.failures import record_failure
 from convinit.experiments.slurm_options import SIGNAL_DELAY_S, START_S, SlurmOptions, check_request
 from convinit.experiments.slurm_state import this_job_id
 from convinit.runs.signals import RunInterrupted, continue_with
-from convinit.train.distributed import is_main_rank
+from convinit.train.process import is_main_rank
 from convinit.train.trainer import train
 
 try:

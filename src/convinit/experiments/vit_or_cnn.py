@@ -31,9 +31,9 @@ from convinit.data.datasets import dataset_info, load_dataset
 from convinit.data.subsets import stratified_subset
 from convinit.errors import ConfigError
 from convinit.experiments.efficiency import efficiency_runs, steps_per_epoch
-from convinit.experiments.grid import RunSpec
+from convinit.experiments.grid import GridCell
 from convinit.experiments.paired import PairedDifference, paired_difference
-from convinit.experiments.report import RunRecord, find_failed, find_runs, test_images, write_report
+from convinit.experiments.report import CellResult, find_failed, find_runs, test_images, write_report
 from convinit.experiments.results_page import (
     EQUIVALENCE_MARGIN,
     late_loss_change,
@@ -200,7 +200,7 @@ def plan_comparison(
     )  # fmt: skip
 
 
-def comparison_runs(plan: ComparisonPlan, epochs: int) -> list[RunSpec]:
+def comparison_runs(plan: ComparisonPlan, epochs: int) -> list[GridCell]:
     """Both rows x the plan's seeds at `epochs`, as the grid runner takes them (folders vit/ and cnn/)."""
     runs = efficiency_runs(plan.methods, (1.0,), plan.seeds, False, {**plan.shared, "epochs": epochs})
     for spec in runs:
@@ -213,18 +213,18 @@ def counted(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def row_mean(records: list[RunRecord], label: str, metric: str) -> float | None:
+def row_mean(records: list[CellResult], label: str, metric: str) -> float | None:
     values = seed_values(records, label, metric)
     return statistics.fmean(values.values()) if values else None
 
 
-def loss_fall(record: RunRecord, _: str) -> float | None:
+def loss_fall(record: CellResult, _: str) -> float | None:
     """The training loss's change over the run's last tenth, relative to the final loss (-0.05: fell 5 %)."""
     change, loss = late_loss_change(record, ""), record.metrics[-1].get("train_loss")
     return change / loss if change is not None and isinstance(loss, int | float) and loss > 0 else None
 
 
-def still_learning(records: list[RunRecord]) -> list[str]:
+def still_learning(records: list[CellResult]) -> list[str]:
     """The rows that had neither fitted their training images nor plateaued: their mean fit under FITTED %
     and their training loss still falling (by more than STILL_FALLING of itself) over the last tenth."""
     learning = []
@@ -289,7 +289,7 @@ def binomial_half(vit: float, cnn: float, n: int) -> float:
     return 100 * Z95 * math.sqrt((p * (1 - p) + q * (1 - q)) / n)
 
 
-def judge(records: list[RunRecord], n_test: int) -> Verdict:
+def judge(records: list[CellResult], n_test: int) -> Verdict:
     """The verdict from the grid's finished runs: the seeds both rows finished, and `n_test` test images."""
     vit, cnn = seed_values(records, VIT, "final_acc"), seed_values(records, CNN, "final_acc")
     difference = paired_difference(vit, cnn)
@@ -346,7 +346,7 @@ def noise_line(verdict: Verdict) -> str:
     return f"Noise: {seeds}, {test}; {more} would narrow it most."
 
 
-def fit_line(records: list[RunRecord], learning: list[str], epochs: int) -> str:
+def fit_line(records: list[CellResult], learning: list[str], epochs: int) -> str:
     """How far each row fitted its own training images (unaugmented) at the end; whether it still learned."""
     fits = []
     for label in (VIT, CNN):

@@ -6,7 +6,7 @@ prints the whole file as tables whatever failed. Stages:
 
 - `audit`: the real training step of each recipe, with `torch.cuda.set_sync_debug_mode("warn")`: every
   synchronising CUDA call (a read, a blocking copy) is a warning, counted per step with its call site.
-- `steps`: trainer-step images/s (`train.step.train_step`: augmentation, bf16 forward and backward, fused
+- `steps`: trainer-step images/s (`train.trainer.train_step`: augmentation, bf16 forward and backward, fused
   AdamW, totals) of ViT-Ti, ConViT-Ti and DeiT-Ti and timm's same models at 32 and 224 px, eager rows
   first, then compiled (`compile_mode=auto`), each as a fraction of the measured bf16 matmul rate and of
   the datasheet peak.
@@ -82,11 +82,10 @@ def free_port() -> int:
 def run_config(preset: str, overrides: list[str], data: dict[str, str]):
     """(config, data source, step parts) of a run built as `convinit train` builds it."""
     from convinit.config import resolve_config
-    from convinit.train.device import configure_cuda_math
-    from convinit.train.distributed import DistributedContext
     from convinit.train.opening import open_data, open_model, source_shape
     from convinit.train.plan import resolve_plan
-    from convinit.train.run_builder import step_parts
+    from convinit.train.process import DistributedContext, configure_cuda_math
+    from convinit.train.step_parts import step_parts
 
     streamed = "data_mode=stream" in overrides
     source = ["dataset=folder", f"data_dir={data['folder']}", "data_budget_gb=0.0001"] if streamed else []
@@ -103,7 +102,8 @@ def run_config(preset: str, overrides: list[str], data: dict[str, str]):
 
 def audit_case(name: str, data: dict[str, str], steps: int, results: Path) -> None:
     """One recipe's steps under the sync debug mode: synchronising calls per step, and where."""
-    from convinit.train.step import StepTotals, train_step
+    from convinit.train.step_parts import StepTotals
+    from convinit.train.trainer import train_step
 
     cfg, source, parts = run_config(*AUDIT_CASES[name], data)
     device = torch.device(data["device"])
@@ -156,8 +156,8 @@ def step_rate(family: str, size: int, impl: str, compiled: bool, args: argparse.
     from convinit.data import BatchAugment, MixupCutmix
     from convinit.speed.models import StepSetup, train_flops
     from convinit.train.optim import build_optimizer, build_scheduler
-    from convinit.train.run_builder import compile_mode
-    from convinit.train.step import StepParts, StepTotals, train_step
+    from convinit.train.step_parts import StepParts, StepTotals, compile_mode
+    from convinit.train.trainer import train_step
 
     device, batch = torch.device(args.device), args.batch
     cfg = resolve_config(None, ["compile=true", f"device={args.device}"])
@@ -243,8 +243,8 @@ def ddp(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from convinit.train.evaluation import evaluate
-    from convinit.train.step import StepTotals, train_step
+    from convinit.train.step_parts import StepTotals
+    from convinit.train.trainer import evaluate, train_step
 
     device = torch.device(args.device)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

@@ -58,7 +58,7 @@ class BenchOptions:
 
 def check_options(options: BenchOptions) -> torch.device:
     """Every option checked before any work; returns the device."""
-    from convinit.train.device import resolve_device
+    from convinit.train.process import resolve_device
 
     if options.precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {options.precision!r}")

@@ -1,7 +1,8 @@
-"""Training: the loop, optimiser/schedule presets, checkpoints and metrics."""
+"""Training: the plan, the run built from it, the loop, optimiser and schedule, checkpoints, metrics."""
 
-from convinit.train.evaluation import evaluate_run
-from convinit.train.trainer import TrainingRun, train
+from convinit.train.trainer import TrainResult, evaluate_run, train
 from convinit.train.validation import decided_config, validate
 
-__all__ = ["TrainingRun", "decided_config", "evaluate_run", "train", "validate"]
+TrainingRun = TrainResult  # the result's earlier name, kept importable
+
+__all__ = ["TrainResult", "decided_config", "evaluate_run", "train", "validate"]

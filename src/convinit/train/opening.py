@@ -36,10 +36,8 @@ from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_w
 from convinit.runs.ownership import reading_checkpoints
 from convinit.runs.preprocessing_record import data_record, read_data_record
 from convinit.runs.run_dir import refuse_if_all_damaged
-from convinit.train.device import configure_cuda_math
 from convinit.train.plan import DataShape, RunPlan, resolve_plan
-from convinit.train.rng import seed_everything
-from convinit.train.threads import ThreadChoice, set_run_threads
+from convinit.train.process import ThreadChoice, configure_cuda_math, seed_everything, set_run_threads
 
 FITTED = INIT_BATCH - round(HELD_OUT * INIT_BATCH)  # 48: the images a scheme fits on, as ever
 

@@ -27,6 +27,7 @@ weights are thrown away; a model refused for its arguments is never built for re
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -43,9 +44,7 @@ from convinit.init.registry import InitSpec
 from convinit.models.arguments import culprits, refusal
 from convinit.models.convert import Conversion, conversion_of, convert
 from convinit.models.external import build_model_by_name
-from convinit.train.device import autocast_dtype, memory_format, resolve_device
-from convinit.train.distributed import under_torchrun
-from convinit.train.memory_guard import largest_batch
+from convinit.train.process import autocast_dtype, memory_format, resolve_device, under_torchrun
 from convinit.train.recommendation import kernel_note, recipe_kernel, recipe_refusal
 
 
@@ -65,6 +64,23 @@ def known_shape(cfg: TrainConfig) -> DataShape | None:
     if known is None:
         return None
     return DataShape(known.num_classes, known.in_chans, cfg.img_size or (known.side, known.side))
+
+
+def largest_batch(
+    batch_size: int, dataset: str, num_classes: int, per_class: int | None, train_fraction: float | None
+) -> int:
+    """The largest batch a run can form: `batch_size`, or fewer when the training set (after `per_class`
+    or `train_fraction`) holds fewer images (no batch can hold more: drop_last keeps batches full-sized
+    only while the set has that many); sets whose size is known only once read keep `batch_size`."""
+    known = dataset_info(dataset).shape
+    if known is None:
+        return batch_size
+    images = known.train_images
+    if per_class is not None:
+        images = min(images, per_class * num_classes)
+    elif train_fraction is not None:
+        images = min(images, math.ceil(train_fraction * images) + num_classes)  # at least one per class
+    return min(batch_size, images)
 
 
 @dataclass(frozen=True)

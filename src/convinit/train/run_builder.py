@@ -19,12 +19,10 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel
 
 from convinit.analysis.augmentation_preview import save_augmentation_preview
 from convinit.analysis.init_summary import read_init_report
 from convinit.config import TrainConfig, save_config, say_notes, say_once
-from convinit.data import MixupCutmix
 from convinit.data.source import DataSource
 from convinit.errors import ConfigError
 from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
@@ -34,15 +32,11 @@ from convinit.runs.provenance import provenance
 from convinit.runs.run_dir import prepare_run_dir, refuse_if_all_damaged
 from convinit.runs.track_log import TrackLog
 from convinit.system.atomic import atomic_write_text
-from convinit.train.distributed import DistributedContext, barrier
 from convinit.train.loggers import Trackers
 from convinit.train.opening import begin, init_images, initialize_model, open_data, open_model, source_shape
-from convinit.train.optim import build_optimizer, build_scheduler
 from convinit.train.plan import DataShape, RunPlan, recipe_note
-from convinit.train.run_state import TrainState
-from convinit.train.step import DeviceEMA, StepParts, StepTotals
-from convinit.train.teacher import check_teacher, load_teacher
-from convinit.train.threads import ThreadChoice, record_threads, set_run_threads
+from convinit.train.process import DistributedContext, ThreadChoice, barrier, record_threads, set_run_threads
+from convinit.train.step_parts import StepParts, StepTotals, TrainState, check_teacher, step_parts
 
 TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
 
@@ -150,45 +144,6 @@ def settled_on_data(plan: RunPlan, shape: DataShape, run_dir: Path, resume: bool
     return planned
 
 
-def compile_mode(cfg: TrainConfig, device: torch.device, distributed: bool = False) -> str:
-    """`compile_mode=auto`: on one GPU, `reduce-overhead`: CUDA graphs replay the forward and backward
-    (the step reads nothing back, so nothing stops a replay) without max-autotune's minutes of kernel
-    search on the first step. Under DDP and on other devices torch's default: DDP splits the compiled
-    graph at its gradient buckets and all-reduces between the pieces, a combination with CUDA graphs
-    this project has not measured."""
-    if cfg.compile_mode != "auto":
-        return cfg.compile_mode
-    return "reduce-overhead" if device.type == "cuda" and not distributed else "default"
-
-
-def step_parts(plan: RunPlan, data: DataSource, model: nn.Module, ddp: DistributedContext) -> StepParts:
-    """The training step's pieces: optimiser, schedule, scaler, loss, mixing, teacher, EMA, wrappers."""
-    cfg, device = plan.cfg, plan.device
-    optimizer = build_optimizer(model, cfg)
-    net = DistributedDataParallel(model) if ddp.enabled else model  # DDP syncs weights from rank 0
-    if cfg.compile:  # after DDP, so torch's DDPOptimizer splits graphs at gradient buckets;
-        # `model` stays uncompiled for checkpoints, EMA and evaluation
-        net = torch.compile(net, mode=compile_mode(cfg, device, ddp.enabled))
-    return StepParts(
-        net=net,
-        model=model,
-        optimizer=optimizer,
-        scheduler=build_scheduler(optimizer, cfg, len(data.train)),
-        # fp16 needs loss scaling: small gradients would underflow to 0 (disabled, every call is a no-op)
-        scaler=torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16"),
-        criterion=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
-        mix=MixupCutmix(data.num_classes, cfg.mixup, cfg.cutmix),
-        augment=data.augment,
-        teacher=load_teacher(cfg.teacher, data.num_classes, device),
-        ema=DeviceEMA(model, cfg.ema_decay) if cfg.ema_decay else None,
-        layout=plan.layout,
-        dtype=plan.dtype,
-        distill_weight=cfg.distill_weight,
-        clip_grad=cfg.clip_grad,
-        check_loss=not ddp.enabled,  # under DDP the loss is per rank; the all-reduced gradient norm is shared
-    )
-
-
 def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: DistributedContext) -> Run:
     """Every part of the run `plan` describes, restored from its newest intact checkpoint when resuming."""
     cfg, device = plan.cfg, plan.device
@@ -235,7 +190,7 @@ def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: 
         checkpoint,
         threads,
     )
-    if checkpoint is None:  # each rank its own record; a resume reads it back (see convinit.train.threads)
+    if checkpoint is None:  # each rank its own record; a resume reads it back (see convinit.train.process)
         record_threads(run_dir, threads, ddp.rank, workers)
     if checkpoint is not None:
         restore(run, checkpoint)

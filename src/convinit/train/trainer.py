@@ -5,15 +5,33 @@ shape and model arguments resolved once), builds everything from that plan (`run
 trains with a progress bar, evaluates, logs `metrics.jsonl`/`metrics.csv`, and checkpoints each epoch
 end and on Ctrl-C. `train(cfg, run_dir, resume=True)` continues a run from its newest intact checkpoint:
 data order is a function of (seed, epoch) and every RNG is restored, so the continuation sees the same
-batches. The step (`step.train_step`) reads nothing back from the device; the loop reads its running
-totals every `log_every` steps, at epoch ends, checkpoints and stops, and applies `on_nonfinite` there.
+batches.
+
+Read in this order: `train` and `train_owned` (the run from start to end), `train_epoch` and `end_epoch`
+(one epoch), `train_step` (one batch), `evaluate` (the test set); `evaluate_run` evaluates a finished
+run's checkpoint as the loop evaluated it. The step's pieces are built in `convinit.train.step_parts`.
+
+The step never waits on the host. On a GPU every read of a device value (`loss.item()`,
+`bool(torch.isfinite(norm))`) drains the queue before the next step can be launched, and none of it can
+run under CUDA graphs. So the step keeps its bookkeeping on the device (`StepTotals`: loss, correct
+predictions, samples, non-finite steps), and the loop reads it once every `log_every` steps, at epoch
+ends, checkpoints and stops, and applies `on_nonfinite` there.
+
+A non-finite step (NaN/inf loss or gradient) is skipped without a read: its flag goes to the fused
+optimiser as `found_inf`, torch's own mechanism for mixed precision, whose kernel then leaves weights
+and moments untouched; the EMA (`DeviceEMA`) gives it weight 0. Whether to stop (`on_nonfinite=stop`)
+or how many skips to allow is decided when the totals are read. Two cases still read the device every
+step: fp16 (the GradScaler decides whether a step overflowed) and optimisers without a fused kernel.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import sys
 import time
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from convinit.config import TrainConfig, config_differences, load_config
@@ -34,26 +54,28 @@ from convinit.runs.signals import RunInterrupted, stop_at_step_boundary, stop_ou
 from convinit.runs.track_log import TrackLog, track_due
 from convinit.system.atomic import atomic_write_text
 from convinit.system.denormals import denormals_flushed
-from convinit.train.device import explain_compile_failure
-from convinit.train.distributed import (
+from convinit.train.opening import open_run
+from convinit.train.plan import RunPlan
+from convinit.train.process import (
     DistributedContext,
     barrier,
+    explain_compile_failure,
     is_main_rank,
+    resolve_device,
+    seed_rank_epoch,
     setup_distributed,
     sum_across_ranks,
     under_torchrun,
 )
-from convinit.train.evaluation import evaluate, run_trackers
-from convinit.train.plan import RunPlan
-from convinit.train.rng import seed_rank_epoch
 from convinit.train.run_builder import Run, build_run
-from convinit.train.step import train_step
-from convinit.train.teacher import refuse_own_teacher
+from convinit.train.step_parts import StepParts, StepTotals, refuse_own_teacher
 from convinit.train.validation import validate
 
 
 @dataclass
-class TrainingRun:
+class TrainResult:
+    """What `train` returns: where the run is, its trained model and its metrics rows."""
+
     run_dir: Path
     model: nn.Module
     metrics: list[dict[str, Any]]
@@ -72,7 +94,7 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
-) -> TrainingRun:
+) -> TrainResult:
     """Train `cfg` into `run_dir` (a new timestamped folder under runs/ by default), or resume `run_dir`.
 
     The run directory is held exclusively while this runs (see `convinit.runs.ownership`): a second
@@ -124,7 +146,7 @@ def start_distributed(plan: RunPlan, run_dir: str | Path | None) -> DistributedC
 
 def train_owned(
     plan: RunPlan, run_dir: str | Path | None, resume: bool, overwrite: bool, progress: bool
-) -> TrainingRun:
+) -> TrainResult:
     """The body of `train`, run while this process owns `run_dir`: the run built from `plan`, trained."""
     cfg = plan.cfg
     ddp = start_distributed(plan, run_dir)
@@ -163,7 +185,7 @@ def train_owned(
     if ddp.is_main:
         atomic_write_text(run.run_dir / "finished.json", json.dumps(rows[-1], indent=1))
     held_out = run.data.evaluated_on == "validation"
-    return TrainingRun(run.run_dir, run.model, rows, held_out, still_learning(rows, cfg.epochs))
+    return TrainResult(run.run_dir, run.model, rows, held_out, still_learning(rows, cfg.epochs))
 
 
 STILL_LEARNING = 0.05  # a training loss that fell by more than this share over the run's last tenth
@@ -346,3 +368,149 @@ def end_epoch(run: Run, epoch: int, stop: dict[str, int | None]) -> None:
 
 def stopped(run: Run, checkpoint: Path | None, signum: int) -> None:
     raise RunInterrupted(signum, checkpoint)  # `stop_outside_the_loop` says how to continue
+
+
+# --- one step ---
+
+
+def forward_loss(
+    parts: StepParts, inputs: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits and loss under autocast; DeiT's hard distillation adds the teacher's argmax as a target."""
+    device_type = inputs.device.type
+    with torch.autocast(device_type, dtype=parts.dtype, enabled=parts.dtype is not None):
+        logits = parts.net(inputs)
+        loss = parts.criterion(logits.float(), targets)
+        if parts.teacher is not None:
+            with torch.no_grad():
+                teacher_labels = parts.teacher(inputs).argmax(dim=1)
+            distill = F.cross_entropy(logits.float(), teacher_labels)
+            loss = (1 - parts.distill_weight) * loss + parts.distill_weight * distill
+    return logits, loss
+
+
+def update_fp16(parts: StepParts, grad_norm: torch.Tensor, loss_finite: torch.Tensor) -> tuple[bool, bool]:
+    """fp16: an overflowing gradient is the scaler's business (it skips the step and lowers the scale)
+    unless the scale is already below 1; reads the device. Returns (skipped, weights updated)."""
+    grads_finite = bool(torch.isfinite(grad_norm))
+    overflow = not grads_finite and parts.scaler.get_scale() >= 1.0
+    if not (bool(loss_finite) and (grads_finite or overflow)):
+        parts.scaler.update()  # ends this step's unscale_ and lowers the scale
+        return True, False
+    parts.scaler.step(parts.optimizer)  # optimizer.step(), unless the gradients overflowed
+    parts.scaler.update()
+    return False, not overflow
+
+
+def update(
+    parts: StepParts, grad_norm: torch.Tensor, loss_finite: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Apply the step unless it is non-finite. Returns (skipped, weights updated) as device flags."""
+    if parts.scaler.is_enabled():
+        skipped, updated = update_fp16(parts, grad_norm, loss_finite)
+        device = grad_norm.device  # fills, not copies (fp16 has read the device already)
+        return torch.full((), skipped, device=device), torch.full((), updated, device=device)
+    bad = ~(torch.isfinite(grad_norm) & loss_finite)
+    if parts.fused:  # the fused kernel skips the update where found_inf is set: no read
+        parts.optimizer.grad_scale, parts.optimizer.found_inf = None, bad.float()
+        parts.optimizer.step()
+        del parts.optimizer.grad_scale, parts.optimizer.found_inf
+    elif not bad.item():  # an optimiser without a fused kernel: one read per step
+        parts.optimizer.step()
+    return bad, ~bad
+
+
+def train_step(
+    parts: StepParts, totals: StepTotals, images: torch.Tensor, labels: torch.Tensor, index: int
+) -> None:
+    """Augment, forward, backward, clip, update, schedule and average one batch; nothing is read back."""
+    inputs, targets = parts.mix(parts.augment(images), labels)
+    inputs = inputs.contiguous(memory_format=parts.layout)
+    logits, loss = forward_loss(parts, inputs, targets)
+    parts.optimizer.zero_grad(set_to_none=True)
+    parts.scaler.scale(loss).backward()
+    parts.scaler.unscale_(parts.optimizer)  # clip and check the true gradients, not the scaled ones
+    grad_norm = nn.utils.clip_grad_norm_(parts.model.parameters(), parts.clip_grad or math.inf)
+    if parts.check_loss:
+        loss_finite = torch.isfinite(loss.detach())
+    else:  # made on the device (a fill): a CPU tensor moved there would be a blocking copy
+        loss_finite = torch.ones((), dtype=torch.bool, device=grad_norm.device)
+    bad, updated = update(parts, grad_norm, loss_finite)
+    parts.scheduler.step()
+    if parts.ema is not None:
+        parts.ema.update_parameters(parts.model, updated)
+    hard = targets.argmax(dim=1) if targets.ndim == 2 else targets
+    totals.add(loss, (logits.argmax(dim=1) == hard).sum(), len(labels), bad, index)
+
+
+# --- evaluation ---
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    transform: Callable[[torch.Tensor], torch.Tensor],
+    dtype: torch.dtype | None,
+    layout: torch.memory_format = torch.contiguous_format,
+    ddp: DistributedContext | None = None,
+) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy (%) over the loader, in the training run's precision and layout;
+    the sums stay on the device and are read once at the end. Under DDP each rank evaluates its shard
+    of the test set (the loader's) and the sums are all-reduced, so every rank returns the whole set's."""
+    model.eval()
+    device = next(itertools.chain(model.parameters(), model.buffers())).device
+    exact = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+    totals = torch.zeros(3, device=device, dtype=exact)  # loss sum, correct, samples
+    for images, labels in loader:
+        inputs = transform(images).contiguous(memory_format=layout)
+        labels = labels.to(inputs.device, non_blocking=True)
+        with torch.autocast(inputs.device.type, dtype=dtype, enabled=dtype is not None):
+            logits = model(inputs)
+        correct = (logits.argmax(1) == labels).sum().to(exact)
+        loss = F.cross_entropy(logits.float(), labels, reduction="sum").to(exact)
+        totals += torch.stack([loss, correct, torch.full_like(correct, len(labels))])
+    if ddp is not None and ddp.enabled:
+        dist.all_reduce(totals)
+    loss, correct, count = totals.tolist()
+    return loss / count, 100.0 * correct / count
+
+
+@torch.no_grad()
+def run_trackers(model: nn.Module, names: list[str], images: torch.Tensor) -> dict[str, float]:
+    """The per-epoch analysis figures (`track=[nonlocality, gates]`) on a fixed batch of test images."""
+    if not names:
+        return {}
+    from convinit.analysis import get_tracker
+
+    model.eval()
+    values: dict[str, float] = {}
+    for name in names:
+        values.update(get_tracker(name)(model, images))
+    return values
+
+
+def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -> dict[str, float]:
+    """Test loss and accuracy of a run's newest intact checkpoint, read as the run reads its test set,
+    in its precision and layout, with its own thread count and, on a CPU, with subnormal floats flushed
+    as training flushed them (its sums, to the digit)."""
+    run = open_run(run_dir, resolve_device(device), ema=ema, settle=True)
+    data, plan = run.data, run.plan
+    with denormals_flushed(plan.device.type == "cpu" and plan.cfg.flush_denormal):  # as the run trained
+        loss, acc = evaluate(run.model, data.test, data.eval_transform, plan.dtype, plan.layout)
+    return {
+        "checkpoint": str(run.checkpoint),
+        "test_loss": loss,
+        "test_acc": acc,
+        "epoch": run.epoch,
+        "split": data.evaluated_on,  # validation: the run holds out part of its training images
+    }
+
+
+def evaluation_line(result: dict[str, float | str], ema: bool = False) -> str:
+    """`evaluate_run`'s result as `convinit eval` prints it: accuracy to 0.01 %, loss to 4 digits."""
+    weights = " EMA weights" if ema else ""
+    accuracy, loss = f"{result['test_acc']:.2f}%", f"{result['test_loss']:.4g}"
+    where = f"{result['checkpoint']}{weights} (epoch {result['epoch']})"
+    split = result.get("split", "test")
+    return f"{where}: {split} accuracy {accuracy}, {split} loss {loss}"
