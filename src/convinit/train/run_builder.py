@@ -2,9 +2,18 @@
 schedule, loss scaler, EMA, metrics log and trackers, restored from a checkpoint when resuming.
 
 The plan (`convinit.train.plan`, made by `validate`) has already resolved the device, the number
-formats, the data's shape and the model's arguments; the builder follows it: it seeds, reads the data,
-builds the model once from the plan's `ModelSpec`, initialises it on real images and checks one forward
-pass, in that order (the order fixes which random numbers each part draws).
+formats, the data's shape and the model's arguments. `build_run` reads as the run's setup, one call a
+step, in the order that fixes which random numbers each part draws (a resumed run and a kept run
+reproduce because of it):
+
+1. check the teacher (before any folder is touched);
+2. `begin`: seed every generator, set the CUDA math and the thread count;
+3. `open_data`: the data source;
+4. `prepare_folder`: the run folder prepared and its config written (a new run), or its checkpoint found;
+5. `open_model`: the model, built once from the plan's `ModelSpec`;
+6. `initialize_fresh`: its init on real images (a fresh run), or the init's report read back;
+7. `step_parts`: optimiser, schedule, scaler, EMA, and the teacher, opened after the init;
+8. `restore` from the checkpoint, or `start_fresh`.
 """
 
 from __future__ import annotations
@@ -118,18 +127,19 @@ def check_forward(plan: RunPlan, model: nn.Module, images: torch.Tensor, num_cla
         )
 
 
-def prepare_model(plan: RunPlan, data: DataSource, run_dir: Path, fresh: bool, is_main: bool) -> nn.Module:
-    """The run's one build of its model (`open_model`); a fresh run initialises it and writes
-    `init_report.json`."""
-    model = open_model(plan, source_shape(data))
-    if fresh:  # a new run, or one killed before its first intact checkpoint: start over
+def initialize_fresh(
+    plan: RunPlan, model: nn.Module, data: DataSource, run_dir: Path, fresh: bool, is_main: bool
+) -> None:
+    """The init, for a fresh run (a new one, or one killed before its first intact checkpoint: it starts
+    over), written to `init_report.json`; a resumed run reads that report back instead, since trackers
+    compare with the init's targets (None, with a warning, when it is damaged)."""
+    if fresh:
         report = initialize_model(plan.init, model, init_images(data))
         model.init_report = report
         if is_main:
             atomic_write_text(run_dir / "init_report.json", json.dumps(report, indent=1, default=str))
-    elif (run_dir / "init_report.json").is_file():  # trackers compare with the init's targets
-        model.init_report = read_init_report(run_dir)  # None, with a warning, when it is damaged
-    return model
+    elif (run_dir / "init_report.json").is_file():
+        model.init_report = read_init_report(run_dir)
 
 
 def settled_on_data(plan: RunPlan, shape: DataShape, run_dir: Path, resume: bool, is_main: bool) -> RunPlan:
@@ -145,14 +155,49 @@ def settled_on_data(plan: RunPlan, shape: DataShape, run_dir: Path, resume: bool
 
 
 def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: DistributedContext) -> Run:
-    """Every part of the run `plan` describes, restored from its newest intact checkpoint when resuming."""
-    cfg, device = plan.cfg, plan.device
-    # every check that can refuse comes before the folder is emptied (--overwrite) or written: the
-    # teacher on the shape the plan knows, then on the data's own once read
-    if not resume:
-        check_teacher(cfg.teacher, plan.shape)
-    threads = begin(plan, run_dir, resume, ddp.rank)
+    """Every part of the run `plan` (already validated) describes, in the one order that fixes which random
+    numbers each part draws, restored from its newest intact checkpoint when resuming. Every check that can
+    refuse comes before the folder is emptied (--overwrite) or written."""
+    if not resume:  # the teacher, on the shape the plan knows (an unread set's: once its data is read)
+        check_teacher(plan.cfg.teacher, plan.shape)
+    threads = begin(plan, run_dir, resume, ddp.rank)  # seeds, CUDA math, threads
     data = open_data(plan, ddp.rank, ddp.world_size)
+    plan, checkpoint, threads = prepare_folder(plan, data, run_dir, resume, overwrite, ddp, threads)
+    model = open_model(plan, source_shape(data))
+    initialize_fresh(plan, model, data, run_dir, checkpoint is None, ddp.is_main)
+    model.to(plan.device)  # keeps the layout
+    parts = step_parts(plan, data, model, ddp)  # optimiser, schedule, EMA, and the teacher after the init
+    track_images = data.test_batch(TRACK_BATCH, plan.device)
+    check_forward(plan, model, track_images[:2], data.num_classes)
+    state = TrainState(parts.optimizer, parts.scheduler, parts.scaler, StepTotals(plan.device))
+    log = MetricsLog(run_dir)
+    trackers = Trackers(plan.cfg.logger if ddp.is_main else [], run_dir, plan.cfg.to_dict())
+    run = Run(plan, run_dir, ddp, data, model, parts, state, log, trackers, track_images, checkpoint, threads)
+    if checkpoint is not None:
+        restore(run, checkpoint)
+    else:
+        start_fresh(run, workers_of(data))
+    return run
+
+
+def workers_of(data: DataSource) -> int:
+    """The decoding processes of a streamed training set (0 for data on the device): they share the cores."""
+    return getattr(data.train, "num_workers", 0)
+
+
+def prepare_folder(
+    plan: RunPlan,
+    data: DataSource,
+    run_dir: Path,
+    resume: bool,
+    overwrite: bool,
+    ddp: DistributedContext,
+    threads: ThreadChoice,
+) -> tuple[RunPlan, Path | None, ThreadChoice]:
+    """The run folder, once the data is read: a new run's folder prepared and its config, provenance and
+    data record written; a resumed run's newest intact checkpoint found. Returns the plan settled on the
+    data's shape, that checkpoint (None: start fresh) and the thread count, less the decoding workers."""
+    cfg = plan.cfg
     if not resume and plan.shape is None:
         check_teacher(cfg.teacher, source_shape(data))
     if not resume and ddp.is_main:
@@ -162,46 +207,28 @@ def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: 
     barrier(ddp)
     if plan.shape is None:  # an unread set: the model is planned on the shape read, the recipe checked on it
         plan = settled_on_data(plan, source_shape(data), run_dir, resume, ddp.is_main)
-        cfg = plan.cfg
-    workers = getattr(data.train, "num_workers", 0)  # streamed: decoding processes share the cores
-    if workers:
-        threads = set_run_threads(cfg.threads, run_dir, resume, workers, ddp.rank)
+    if workers_of(data):
+        threads = set_run_threads(plan.cfg.threads, run_dir, resume, workers_of(data), ddp.rank)
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if resume and checkpoint is None:
         refuse_if_all_damaged(run_dir)
     if ddp.is_main and (checkpoint is None or read_data_record(run_dir) is None):
         write_data_record(run_dir, data)  # what export and predict use: the run's own input
-    model = prepare_model(plan, data, run_dir, checkpoint is None, ddp.is_main).to(device)  # keeps the layout
-    parts = step_parts(plan, data, model, ddp)
-    track_images = data.test_batch(TRACK_BATCH, device)
-    check_forward(plan, model, track_images[:2], data.num_classes)
-    state = TrainState(parts.optimizer, parts.scheduler, parts.scaler, StepTotals(device))
-    run = Run(
-        plan,
-        run_dir,
-        ddp,
-        data,
-        model,
-        parts,
-        state,
-        MetricsLog(run_dir),
-        Trackers(cfg.logger if ddp.is_main else [], run_dir, cfg.to_dict()),
-        track_images,
-        checkpoint,
-        threads,
-    )
-    if checkpoint is None:  # each rank its own record; a resume reads it back (see convinit.train.process)
-        record_threads(run_dir, threads, ddp.rank, workers)
-    if checkpoint is not None:
-        restore(run, checkpoint)
-    elif ddp.is_main:
-        run.log.truncate_after(-1)  # rows a killed attempt wrote before its first checkpoint
-        TrackLog(run_dir).truncate_after(-1)
-        run.trackers.log_init(model.init_report)
-        grid = save_augmentation_preview(data, cfg.seed, run_dir / "augmentations.png")
-        run.trackers.log_image("augmentations", grid, 0)
-        run.trackers.log_attention("attention/init", model, track_images, 0)
-    return run
+    return plan, checkpoint, threads
+
+
+def start_fresh(run: Run, workers: int) -> None:
+    """A run starting at step 0: its thread record, rows a killed attempt wrote before its first checkpoint
+    dropped, and the trackers' first entries (init report, augmentations, attention at init)."""
+    record_threads(run.run_dir, run.threads, run.ddp.rank, workers)  # each rank its own; a resume reads it
+    if not run.ddp.is_main:
+        return
+    run.log.truncate_after(-1)
+    TrackLog(run.run_dir).truncate_after(-1)
+    run.trackers.log_init(run.model.init_report)
+    grid = save_augmentation_preview(run.data, run.cfg.seed, run.run_dir / "augmentations.png")
+    run.trackers.log_image("augmentations", grid, 0)
+    run.trackers.log_attention("attention/init", run.model, run.track_images, 0)
 
 
 @contextmanager
