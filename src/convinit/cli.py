@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from convinit.errors import ConfigError, ConvinitError, TrainingDiverged
+from convinit.runs.run_dir import CONFIG_FILE
 from convinit.system.version import VERSION
 
 EXAMPLES = """examples:
@@ -60,8 +61,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = None
         if args.config:
             cfg = resolve_config(args.config, overrides)
-        elif overrides and (args.resume / "config.yaml").is_file():  # overrides apply to the saved config
-            saved = load_config(args.resume / "config.yaml").to_dict()
+        elif overrides and (args.resume / CONFIG_FILE).is_file():  # overrides apply to the saved config
+            saved = load_config(args.resume / CONFIG_FILE).to_dict()
             cfg = build_config(merge(saved, parse_overrides(overrides)))
         run = train(cfg, run_dir=args.resume, resume=True, progress=not args.no_progress)
     else:

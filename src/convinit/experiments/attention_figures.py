@@ -15,6 +15,7 @@ import torch.nn as nn
 from convinit.errors import ConfigError
 from convinit.experiments.grid import slug
 from convinit.runs.checkpoint import latest_checkpoint, load_weights
+from convinit.runs.run_dir import CONFIG_FILE
 from convinit.train.opening import OpenedRun, open_run
 
 
@@ -103,7 +104,7 @@ def analyze_run(run_dir: str | Path) -> list[str]:
     from convinit.analysis.plots import render_run_analysis
 
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
+    if not (run_dir / CONFIG_FILE).is_file():
         raise ConfigError(
             f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
         )

@@ -28,6 +28,7 @@ from convinit.config import load_config
 from convinit.errors import ConfigError
 from convinit.experiments.paired import paired_difference
 from convinit.runs.metrics import parse_row, read_metrics
+from convinit.runs.run_dir import CONFIG_FILE
 from convinit.runs.track_log import TRACK_FILE, TRACK_ROW_KEYS
 from convinit.system.atomic import atomic_write_text, atomic_writer
 from convinit.system.read_back import read_capped, short_repr
@@ -62,7 +63,7 @@ class CellResult:
     def provenance(self) -> str:
         """'seed 0, preset, convinit 0.1.0 @ abcdef123456' from experiment.json or provenance.json."""
         about = {**read_json(self.run_dir / "provenance.json"), **self.experiment}
-        where = about.get("preset", "config.yaml")
+        where = about.get("preset", CONFIG_FILE)
         if "git_commit" not in about:
             return f"{self.run_dir.name}: seed {self.seed}, {where}, convinit version and commit not recorded"
         return (
@@ -147,7 +148,7 @@ def run_label(run_dir: Path, root: Path, experiment: dict[str, Any]) -> str:
     return experiment.get("label") or run_dir.relative_to(root).parent.as_posix() or run_dir.name
 
 
-RUN_MARKERS = ("config.yaml", "metrics.jsonl", "finished.json", "experiment.json")  # a run folder holds one
+RUN_MARKERS = (CONFIG_FILE, "metrics.jsonl", "finished.json", "experiment.json")  # a run folder holds one
 
 
 def find_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list[CellResult]:
@@ -183,13 +184,13 @@ def read_run(run_dir: Path, root: Path) -> CellResult | str:
         if failed:
             return f"it failed: {failure_reason(run_dir / 'failed.json').splitlines()[0]} (its failed.json)"
         return "it is not finished (no finished.json)"
-    for name in ("config.yaml", "metrics.jsonl"):
+    for name in (CONFIG_FILE, "metrics.jsonl"):
         if not (run_dir / name).exists():
             return f"it is finished but has no {name}; restore it from a copy or rerun the run"
     finished = read_finished(run_dir / "finished.json")
     if isinstance(finished, str):
         return finished
-    config = load_config(run_dir / "config.yaml").to_dict()  # a damaged config.yaml is refused in one line
+    config = load_config(run_dir / CONFIG_FILE).to_dict()  # a damaged config.yaml is refused in one line
     experiment = read_experiment(run_dir)
     epoch, metrics = finished["epoch"], read_metrics(run_dir / "metrics.jsonl")
     last = next((row for row in reversed(metrics) if row["epoch"] == epoch), finished)  # a cut line: finished

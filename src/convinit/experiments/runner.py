@@ -35,6 +35,7 @@ from convinit.experiments.grid import GridCell
 from convinit.runs.checkpoint import latest_checkpoint
 from convinit.runs.ownership import own_run_dir
 from convinit.runs.provenance import provenance
+from convinit.runs.run_dir import CONFIG_FILE
 from convinit.runs.signals import RunInterrupted
 from convinit.system import parent_death as lifetime
 from convinit.system.atomic import atomic_write_text, make_folder
@@ -48,7 +49,7 @@ def run_state(run_dir: Path) -> str:
     """'finished', 'partial' (resume it) or 'new'."""
     if (run_dir / "finished.json").exists():
         return "finished"
-    return "partial" if (run_dir / "config.yaml").exists() else "new"
+    return "partial" if (run_dir / CONFIG_FILE).exists() else "new"
 
 
 def start_outcome(run_dir: Path) -> str:
@@ -79,7 +80,7 @@ def changed_runs(out: Path, planned: Iterable[tuple[str, TrainConfig]]) -> list[
     for dirname, cfg in planned:
         run_dir = out / dirname
         if run_state(run_dir) != "new":
-            keys = config_differences(load_config(run_dir / "config.yaml"), cfg)
+            keys = config_differences(load_config(run_dir / CONFIG_FILE), cfg)
             if keys:
                 changed.append((dirname, keys))
     return changed
@@ -255,14 +256,14 @@ def bind_teacher(spec: GridCell, out: Path) -> GridCell:
 
 def waits_for_teacher(run_dir: Path, todo: list[Path]) -> bool:
     """Whether `run_dir` learns from a run of this grid that has still to run: it starts after them."""
-    teacher = load_config(run_dir / "config.yaml").teacher
+    teacher = load_config(run_dir / CONFIG_FILE).teacher
     return teacher is not None and any(Path(teacher).resolve() == other.resolve() for other in todo)
 
 
 def unfinished_teacher(run_dir: Path, out: Path, outcome: dict[str, str]) -> bool:
     """A run whose teacher is a run of this grid that has not finished (it failed, or was stopped) is not
     started: it would learn from a half-trained teacher. It is recorded as failed, to be tried again."""
-    teacher = load_config(run_dir / "config.yaml").teacher
+    teacher = load_config(run_dir / CONFIG_FILE).teacher
     if teacher is None or not Path(teacher).resolve().is_relative_to(Path(out).resolve()):
         return False
     if run_state(Path(teacher)) == "finished":
@@ -304,7 +305,7 @@ def run_grid(
                 continue
             if run_state(run_dir) == "new":  # write the config so every launcher can start with --resume
                 write_experiment_record(spec, run_dir, Path(out))
-                save_config(spec.config, run_dir / "config.yaml")
+                save_config(spec.config, run_dir / CONFIG_FILE)
             if launcher != "slurm":  # SLURM: a failed job's run is reported, see launch_on_slurm
                 (run_dir / "failed.json").unlink(missing_ok=True)  # tried again
             todo.append(run_dir)

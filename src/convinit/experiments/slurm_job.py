@@ -38,6 +38,7 @@ from convinit.errors import ConfigError
 from convinit.experiments.failures import record_failure
 from convinit.experiments.slurm_options import SIGNAL_DELAY_S, START_S, SlurmOptions, check_request
 from convinit.experiments.slurm_state import this_job_id
+from convinit.runs.run_dir import CONFIG_FILE
 from convinit.runs.signals import RunInterrupted, continue_with
 from convinit.train.process import is_main_rank
 from convinit.train.trainer import train
@@ -173,12 +174,12 @@ class TrainJob(Checkpointable):
         """Train to the end; returns the final metrics row."""
         run_dir = Path(self.run_dir)
         slurm_ranks()
-        if not (run_dir / "config.yaml").exists():
+        if not (run_dir / CONFIG_FILE).exists():
             if self.cfg is None:
                 raise ConfigError(f"{run_dir} holds no config.yaml; pass the TrainConfig to TrainJob")
             if is_main_rank():
                 run_dir.mkdir(parents=True, exist_ok=True)
-                save_config(self.cfg, run_dir / "config.yaml")
+                save_config(self.cfg, run_dir / CONFIG_FILE)
         if threading.current_thread() is not threading.main_thread():  # signals need the main thread
             return train(self.cfg, run_dir=run_dir, resume=True, progress=False).metrics[-1]
         stop = JobStop(run_dir, self.signal_delay_s)
@@ -225,7 +226,7 @@ def submit_train(
     """
     request = SlurmOptions(**options)
     executor = slurm_executor(Path(folder or Path(run_dir) / "slurm"), request)
-    if cfg is not None and not (Path(run_dir) / "config.yaml").exists():  # every rank finds it
+    if cfg is not None and not (Path(run_dir) / CONFIG_FILE).exists():  # every rank finds it
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        save_config(cfg, Path(run_dir) / "config.yaml")
+        save_config(cfg, Path(run_dir) / CONFIG_FILE)
     return executor.submit(TrainJob(run_dir, cfg, request.signal_delay_s))

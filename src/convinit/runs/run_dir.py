@@ -19,6 +19,7 @@ from convinit.errors import ConfigError
 from convinit.runs.checkpoint import list_checkpoints, prune, verify_checkpoint
 from convinit.runs.metrics import read_metrics
 
+CONFIG_FILE = "config.yaml"  # the run's config as `train` saved it: what marks a folder as a run
 RUN_FILES = (
     "metrics.jsonl",
     "metrics.csv",
@@ -45,7 +46,7 @@ def check_run_dir_path(run_dir: Path) -> None:
 
 def holds_unfinished_run(run_dir: Path) -> bool:
     return (
-        (run_dir / "config.yaml").exists()
+        (run_dir / CONFIG_FILE).exists()
         or (run_dir / "metrics.jsonl").exists()
         or bool(list_checkpoints(run_dir))
     )

@@ -14,6 +14,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from convinit.runs.run_dir import CONFIG_FILE
+
 CONTINUE_WITH: ContextVar[str | Callable[[], str] | None] = ContextVar("continue_with", default=None)
 
 
@@ -65,7 +67,7 @@ def how_to_continue(run_dir: str | Path | None) -> str:
         return command()
     if command is not None:
         return f"rerun `{command}` to continue where it stopped"
-    if run_dir is not None and (Path(run_dir) / "config.yaml").is_file():
+    if run_dir is not None and (Path(run_dir) / CONFIG_FILE).is_file():
         return f"continue with `convinit train --resume {run_dir}`"
     return "run the same command again"
 

@@ -15,13 +15,14 @@ import torch.nn as nn
 from convinit.data.image_files import UNREADABLE, open_image, unreadable_image
 from convinit.errors import ConfigError, DataError
 from convinit.models.pretrained import from_pretrained
+from convinit.runs.run_dir import CONFIG_FILE
 
 PREDICT_REMEDY = "pass another image file"  # how a user fixes an image `predict` cannot use
 
 
 def load_predictor(model: str | Path) -> nn.Module:
     """A run directory's newest checkpoint, a saved model folder, or a Hub model `user/name`."""
-    if (Path(model) / "config.yaml").is_file():  # a training run
+    if (Path(model) / CONFIG_FILE).is_file():  # a training run
         from convinit.share.export import export_run
 
         return export_run(model)

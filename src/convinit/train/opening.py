@@ -35,7 +35,7 @@ from convinit.init.registry import InitSpec
 from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_weights
 from convinit.runs.ownership import reading_checkpoints
 from convinit.runs.preprocessing_record import data_record, read_data_record
-from convinit.runs.run_dir import refuse_if_all_damaged
+from convinit.runs.run_dir import CONFIG_FILE, refuse_if_all_damaged
 from convinit.train.plan import DataShape, RunPlan, resolve_plan
 from convinit.train.process import ThreadChoice, configure_cuda_math, seed_everything, set_run_threads
 
@@ -104,7 +104,7 @@ class OpenedRun:
 
 def require_run_dir(run_dir: Path) -> None:
     """A one-line ConfigError, naming what to pass instead, for a folder that holds no run."""
-    if not (run_dir / "config.yaml").is_file():
+    if not (run_dir / CONFIG_FILE).is_file():
         raise ConfigError(
             f"{run_dir} is not a run directory (no config.yaml); pass the folder `convinit train` wrote"
         )
@@ -113,7 +113,7 @@ def require_run_dir(run_dir: Path) -> None:
 def saved_config(run_dir: Path) -> TrainConfig:
     """`RUN_DIR/config.yaml` (see `require_run_dir`)."""
     require_run_dir(run_dir)
-    return load_config(run_dir / "config.yaml")
+    return load_config(run_dir / CONFIG_FILE)
 
 
 def record_shape(record: dict[str, Any]) -> DataShape:

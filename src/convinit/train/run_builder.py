@@ -38,7 +38,7 @@ from convinit.runs.checkpoint import latest_checkpoint, load_train_state, load_w
 from convinit.runs.metrics import MetricsLog
 from convinit.runs.preprocessing_record import read_data_record, write_data_record
 from convinit.runs.provenance import provenance
-from convinit.runs.run_dir import prepare_run_dir, refuse_if_all_damaged
+from convinit.runs.run_dir import CONFIG_FILE, prepare_run_dir, refuse_if_all_damaged
 from convinit.runs.track_log import TrackLog
 from convinit.system.atomic import atomic_write_text
 from convinit.train.loggers import Trackers
@@ -150,7 +150,7 @@ def settled_on_data(plan: RunPlan, shape: DataShape, run_dir: Path, resume: bool
         say_once(recipe_note(planned))
         say_notes()
         if planned.cfg is not plan.cfg:
-            save_config(planned.cfg, run_dir / "config.yaml")
+            save_config(planned.cfg, run_dir / CONFIG_FILE)
     return planned
 
 
@@ -202,7 +202,7 @@ def prepare_folder(
         check_teacher(cfg.teacher, source_shape(data))
     if not resume and ddp.is_main:
         prepare_run_dir(run_dir, overwrite)
-        save_config(cfg, run_dir / "config.yaml")
+        save_config(cfg, run_dir / CONFIG_FILE)
         atomic_write_text(run_dir / "provenance.json", json.dumps(provenance(), indent=1))
     barrier(ddp)
     if plan.shape is None:  # an unread set: the model is planned on the shape read, the recipe checked on it

@@ -36,7 +36,7 @@ from convinit.errors import ConfigError
 from convinit.models.pretrained import CONFIG, from_pretrained, read_pretrained_config
 from convinit.runs.checkpoint import latest_checkpoint
 from convinit.runs.preprocessing_record import read_data_record
-from convinit.runs.run_dir import refuse_if_all_damaged
+from convinit.runs.run_dir import CONFIG_FILE, refuse_if_all_damaged
 from convinit.train.opening import open_run, record_shape
 from convinit.train.optim import build_optimizer, build_scheduler
 from convinit.train.plan import DataShape, RunPlan
@@ -220,7 +220,7 @@ def teacher_shape(teacher: str) -> DataShape | None:
     """The classes, channels and image size the teacher was trained on, read from its files without
     building it; ConfigError when it holds no intact checkpoint. None: a run too old to record them."""
     path = Path(teacher)
-    if (path / "config.yaml").is_file():
+    if (path / CONFIG_FILE).is_file():
         if latest_checkpoint(path) is None:
             refuse_if_all_damaged(path)  # damaged checkpoints: each named in one line
             raise ConfigError(f"teacher {path} holds no intact checkpoint yet; train it first")
@@ -273,7 +273,7 @@ def load_teacher(teacher: str | None, num_classes: int, device: torch.device) ->
     if teacher is None:
         return None
     path = Path(teacher)
-    if (path / "config.yaml").is_file():
+    if (path / CONFIG_FILE).is_file():
         opened = open_run(path, data=False)  # not reseeding this run's generators
         model, classes = opened.model, len(opened.record["classes"])
     else:

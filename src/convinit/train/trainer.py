@@ -49,7 +49,7 @@ from convinit.errors import ConfigError, TrainingDiverged
 from convinit.runs.checkpoint import latest_checkpoint, save_checkpoint
 from convinit.runs.metrics import loss_change_at_end
 from convinit.runs.ownership import own_run_dir
-from convinit.runs.run_dir import check_run_dir_path
+from convinit.runs.run_dir import CONFIG_FILE, check_run_dir_path
 from convinit.runs.signals import RunInterrupted, stop_at_step_boundary, stop_outside_the_loop
 from convinit.runs.track_log import TrackLog, track_due
 from convinit.system.atomic import atomic_write_text
@@ -123,7 +123,7 @@ def train(
 
 def resumed_config(cfg: TrainConfig | None, run_dir: Path) -> TrainConfig:
     """The saved config of `run_dir`; ConfigError if `cfg` is given and differs from it."""
-    saved = load_config(run_dir / "config.yaml")
+    saved = load_config(run_dir / CONFIG_FILE)
     if cfg is not None and config_differences(saved, cfg):
         keys = ", ".join(config_differences(saved, cfg))
         raise ConfigError(f"--resume {run_dir}: its saved config differs in {keys}; drop the overrides")

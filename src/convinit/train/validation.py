@@ -36,6 +36,7 @@ from convinit.models.arguments import check_model_arguments
 from convinit.models.external import is_external
 from convinit.models.filters import check_kernel_fits
 from convinit.models.hf_layout import hf_grid, hf_vit_backbone
+from convinit.runs.run_dir import CONFIG_FILE
 from convinit.system.torchvision_pair import check_pair
 from convinit.train.loggers import check_loggers
 from convinit.train.opening import open_data, source_shape
@@ -54,7 +55,7 @@ def validate(cfg: TrainConfig) -> RunPlan:
     init_spec(plan.init.scheme, plan.init.options)  # an unknown scheme or option, before any folder exists
     if cfg.teacher is not None:
         path = Path(cfg.teacher)
-        if not ((path / "config.yaml").is_file() or (path / "config.json").is_file()):
+        if not ((path / CONFIG_FILE).is_file() or (path / "config.json").is_file()):
             raise ConfigError(
                 f"teacher {path} is neither a run directory nor a saved model (convinit export)"
             )
