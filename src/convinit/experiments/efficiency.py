@@ -116,21 +116,16 @@ def efficiency_runs(
                 cfg = resolve_config(
                     preset, merge(merge(method_overrides, overrides), {**changes, "seed": seed})
                 )
+                extra = {
+                    "group": label,
+                    "fraction": fraction,
+                    "train_images": n_images,
+                    "steps": epochs * steps,
+                }
+                # the method's index orders the report; the first method is the reference curve
                 runs.append(
                     GridCell(
-                        "efficiency",
-                        f"{label} @ {fraction:g}",
-                        seed,
-                        cfg,
-                        preset,
-                        None,
-                        {
-                            "group": label,
-                            "fraction": fraction,
-                            "train_images": n_images,
-                            "steps": epochs * steps,
-                        },
-                        method_index,  # orders the report; the first method is the reference curve
+                        "efficiency", f"{label} @ {fraction:g}", seed, cfg, preset, None, extra, method_index
                     )
                 )
     return runs

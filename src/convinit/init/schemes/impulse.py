@@ -248,12 +248,7 @@ def impulse_init(
     if position_table(model) is not None or not isinstance(model, SimpleViT):
         position = prepare_positions(model, table_mode(opts.learned_pos_embed, slots), opts.pos_embed_scale)
         slots = attention_slots(model, "impulse")  # the pseudo-inputs of the prepared table
-    if slots[0].free is None and slots[0].seen is None:
-        raise ConfigError(
-            "impulse init needs position information in the attention input, but this model has none "
-            "(convinit: qk_input='x' with pos_embed='none', use pos_embed: input or qk_input: blend; timm: "
-            "pos_embed='none', build it with pos_embed='learn')"
-        )
+    require_positions(slots[0])
     shared = None  # share_offsets: one draw (random) or the order restarted (centre_first) in every layer
     if opts.share_offsets:
         shared = layer_offsets(opts.offsets, opts.kernel_size, 0, slots[0].heads, generator)
@@ -268,6 +263,16 @@ def impulse_init(
     if images is not None:
         report.update(real_pass_reports(slots[0], on_fitted, measured, on_held, held_count))
     return report
+
+
+def require_positions(slot: Any) -> None:
+    """Impulse maps are positional: a model whose attention input carries no position cannot take them."""
+    if slot.free is None and slot.seen is None:
+        raise ConfigError(
+            "impulse init needs position information in the attention input, but this model has none "
+            "(convinit: qk_input='x' with pos_embed='none', use pos_embed: input or qk_input: blend; timm: "
+            "pos_embed='none', build it with pos_embed='learn')"
+        )
 
 
 def repeated_offsets_note(heads: int, opts: ImpulseOptions) -> str | None:
