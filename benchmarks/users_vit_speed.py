@@ -6,6 +6,9 @@ asserts.
 
     python benchmarks/users_vit_speed.py                       # the default run: ~10 min on 2 cores
     python benchmarks/users_vit_speed.py --rows "users' ViT" "GPSA conversion" --threads 1 --no-compile
+    python benchmarks/users_vit_speed.py --rows "recommended recipe, flushed" "recipe, 8 heads" \
+        "recipe, 8 heads, kernel" "recipe, 16 heads" "recipe, 16 heads, kernel" --threads 1 --no-compile \
+        --no-bias --repeats 7 --cpu-time           # more heads, with the small-head kernel
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ def main() -> None:
         dest="initialize",
         action="store_false",
         help="skip the rows' init (impulse's fit): random weights, the same graph",
+    )
+    parser.add_argument(
+        "--cpu-time", action="store_true", help="time by CPU time, not the wall clock (a shared machine)"
     )
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args()  # fmt: skip

@@ -39,3 +39,17 @@ def test_each_conversions_step_launches_the_same_device_ops_at_both_batches_and_
         small, large = by_batch[2], by_batch[8]
         assert small["ops"] == large["ops"] > 0, label
         assert small["host_waits"] == large["host_waits"] == 0, (label, small["waits"])
+
+
+def test_head_rows_run_each_head_count_with_and_without_the_kernel_beside_timm_with_as_many_heads():
+    from convinit.speed.users_vit import row_config, timm_twin
+
+    rows = {label: row for label, row in ROWS.items() if row.twin.startswith("users' ViT, ")}
+    assert {(row.twin, row.small_heads) for row in rows.values()} == {
+        (f"users' ViT, {heads} heads", kernel) for heads in (8, 16) for kernel in (False, True)
+    }
+    for row in rows.values():
+        cfg = row_config(row, "7x7", 2, compile=False)
+        heads = int(row.twin.split(", ")[1].split()[0])
+        assert cfg.model_args["num_heads"] == heads and cfg.flush_denormal
+        assert timm_twin(row.twin, cfg, (1, 28, 28))().blocks[0].attn.num_heads == heads

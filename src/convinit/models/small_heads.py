@@ -42,9 +42,11 @@ KERNEL_SOURCE = r"""
 #include <vector>
 
 // exp(x) for x <= 0 as plain arithmetic the compiler vectorises: 2^t, t = x log2(e) = n + f with
-// n = round(t), |f| <= 1/2, 2^f by Cephes' exp2f polynomial, 2^n written into the exponent bits.
+// n = round(t), |f| <= 1/2, 2^f by Cephes' exp2f polynomial, 2^n written into the exponent bits; 0 below
+// -87 (float32's subnormal range, which a CPU computes slowly: an absolute error under 1.2e-38).
 static inline float exp_nonpositive(float x) {
-  x = x < -87.f ? -87.f : x;
+  const bool underflows = x < -87.f;
+  x = underflows ? -87.f : x;
   const float t = x * 1.44269504088896341f;
   const float n = std::floor(t + 0.5f);
   const float f = t - n;
@@ -58,7 +60,40 @@ static inline float exp_nonpositive(float x) {
   const int32_t bits = ((int32_t)n + 127) << 23;
   float two_n;
   std::memcpy(&two_n, &bits, 4);
-  return p * two_n;
+  return underflows ? 0.f : p * two_n;
+}
+
+// rows padded to a multiple of 16 keys (a whole number of vectors): padded keys get no weight
+static inline int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
+static inline void mask_padding(float* s, int64_t n, int64_t np) {
+  for (int64_t j = n; j < np; ++j) s[j] = -1e30f;
+}
+
+// the loops over a row's N keys, on unaliased buffers so that the compiler vectorises them
+static inline void axpy(float* __restrict__ y, const float* __restrict__ x, float a, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
+}
+static inline float dot(const float* __restrict__ x, const float* __restrict__ y, int64_t n) {
+  float acc = 0.f;
+  for (int64_t j = 0; j < n; ++j) acc += x[j] * y[j];
+  return acc;
+}
+static inline float row_max(const float* __restrict__ x, int64_t n) {
+  float lanes[16];  // 16 running maxima, each a plain select the compiler vectorises, then reduced
+  for (int64_t l = 0; l < 16; ++l) lanes[l] = x[0];
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int64_t l = 0; l < 16; ++l) lanes[l] = x[j + l] > lanes[l] ? x[j + l] : lanes[l];
+  float m = x[0];
+  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+  for (int64_t l = 0; l < 16; ++l) m = lanes[l] > m ? lanes[l] : m;
+  return m;
+}
+// p_j = exp(s_j - shift) in place; returns their sum
+static inline float exp_shifted(float* __restrict__ s, float shift, int64_t n) {
+  float z = 0.f;
+  for (int64_t j = 0; j < n; ++j) { s[j] = exp_nonpositive(s[j] - shift); z += s[j]; }
+  return z;
 }
 
 static void check(const torch::Tensor& t) {
@@ -76,15 +111,72 @@ struct Rows {
 
 // (N, d) rows of one pair -> (d, N), so that every inner loop runs over the N keys, contiguous
 static void transpose_into(const Rows& src, int64_t bh, int64_t n, int64_t d, float factor, float* dst) {
+  const int64_t np = padded(n);  // columns n..np stay 0
   for (int64_t j = 0; j < n; ++j) {
     const float* r = src.row(bh, j);
-    for (int64_t c = 0; c < d; ++c) dst[c * n + j] = r[c] * factor;
+    for (int64_t c = 0; c < d; ++c) dst[c * np + j] = r[c] * factor;
   }
 }
 
 // (B, H, N, d) in the memory order of (B, N, H, d): what the heads' merge and the qkv split read freely
 static torch::Tensor like_tokens_major(const torch::Tensor& t) {
   return torch::empty({t.size(0), t.size(2), t.size(1), t.size(3)}, t.options()).transpose(1, 2);
+}
+
+// One query row: scores over the np (padded) keys, their softmax, the value product; returns the row's
+// log-sum-exp. D > 0: the head dim known at compile time, so each pass over the keys keeps the D
+// products of a key vector in registers (one pass, not D); D = 0: any head dim, d at run time.
+template <int D>
+static float forward_row(const float* qi, const float* __restrict__ kt, const float* __restrict__ vt,
+                         float* __restrict__ s, float* oi, int64_t d, int64_t n, int64_t np) {
+  const int64_t dd = D > 0 ? D : d;
+  for (int64_t j = 0; j < np; ++j) {
+    float acc = 0.f;
+    for (int64_t c = 0; c < dd; ++c) acc += qi[c] * kt[c * np + j];
+    s[j] = acc;
+  }
+  mask_padding(s, n, np);
+  const float m = row_max(s, np);
+  const float z = exp_shifted(s, m, np);
+  for (int64_t c = 0; c < dd; ++c) oi[c] = dot(s, vt + c * np, np) / z;
+  return m + std::log(z);
+}
+
+// One query row's share of the gradients: dq_i, and its terms of dk and dv (accumulated, (d, np)).
+template <int D>
+static void backward_row(const float* qi, const float* gi, const float* oi, float lse, float sc,
+                         const float* __restrict__ kt, const float* __restrict__ vt, float* __restrict__ p,
+                         float* __restrict__ ds, float* __restrict__ dkt, float* __restrict__ dvt, float* dqi,
+                         int64_t d, int64_t n, int64_t np) {
+  const int64_t dd = D > 0 ? D : d;
+  float delta = 0.f;  // sum_j p_j dp_j = grad_i . out_i
+  for (int64_t c = 0; c < dd; ++c) delta += gi[c] * oi[c];
+  for (int64_t j = 0; j < np; ++j) {
+    float score = 0.f, dp = 0.f;
+    for (int64_t c = 0; c < dd; ++c) { score += qi[c] * kt[c * np + j]; dp += gi[c] * vt[c * np + j]; }
+    p[j] = score * sc;
+    ds[j] = dp;
+  }
+  mask_padding(p, n, np);
+  exp_shifted(p, lse, np);  // the weights, from the saved log-sum-exp
+  for (int64_t j = 0; j < np; ++j) ds[j] = p[j] * (ds[j] - delta);
+  for (int64_t c = 0; c < dd; ++c) {
+    dqi[c] = dot(ds, kt + c * np, np) * sc;
+    axpy(dkt + c * np, ds, qi[c] * sc, np);
+    axpy(dvt + c * np, p, gi[c], np);
+  }
+}
+
+// f.template operator()<D>() with the head dim as a compile-time constant where it is a common one
+template <typename F>
+static void with_head_dim(int64_t d, F&& f) {
+  switch (d) {
+    case 1: f.template operator()<1>(); break;
+    case 2: f.template operator()<2>(); break;
+    case 4: f.template operator()<4>(); break;
+    case 8: f.template operator()<8>(); break;
+    default: f.template operator()<0>();
+  }
 }
 
 std::vector<torch::Tensor> forward(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale) {
@@ -95,30 +187,16 @@ std::vector<torch::Tensor> forward(torch::Tensor q, torch::Tensor k, torch::Tens
   const Rows Q(q), K(k), V(v), O(out);
   float* L = lse.data_ptr<float>();
   at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> kt(d * n), vt(d * n), s(n);
+    const int64_t np = padded(n);
+    std::vector<float> kt(d * np, 0.f), vt(d * np, 0.f), s(np);
     for (int64_t bh = begin; bh < end; ++bh) {
       transpose_into(K, bh, n, d, (float)scale, kt.data());
       transpose_into(V, bh, n, d, 1.f, vt.data());
-      for (int64_t i = 0; i < n; ++i) {
-        const float* qi = Q.row(bh, i);
-        std::fill(s.begin(), s.end(), 0.f);
-        for (int64_t c = 0; c < d; ++c) {
-          const float a = qi[c], *kr = kt.data() + c * n;
-          for (int64_t j = 0; j < n; ++j) s[j] += a * kr[j];
-        }
-        float m = s[0];
-        for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
-        float z = 0.f;
-        for (int64_t j = 0; j < n; ++j) { s[j] = exp_nonpositive(s[j] - m); z += s[j]; }
-        float* oi = O.row(bh, i);
-        for (int64_t c = 0; c < d; ++c) {
-          const float* vr = vt.data() + c * n;
-          float acc = 0.f;
-          for (int64_t j = 0; j < n; ++j) acc += s[j] * vr[j];
-          oi[c] = acc / z;
-        }
-        L[bh * n + i] = m + std::log(z);
-      }
+      with_head_dim(d, [&]<int D>() {
+        for (int64_t i = 0; i < n; ++i)
+          L[bh * n + i] =
+              forward_row<D>(Q.row(bh, i), kt.data(), vt.data(), s.data(), O.row(bh, i), d, n, np);
+      });
     }
   });
   return {out, lse};
@@ -133,35 +211,21 @@ std::vector<torch::Tensor> backward(torch::Tensor q, torch::Tensor k, torch::Ten
   const float* L = lse.data_ptr<float>();
   const float sc = (float)scale;
   at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> kt(d * n), vt(d * n), dkt(d * n), dvt(d * n), p(n), ds(n);
+    const int64_t np = padded(n);
+    std::vector<float> kt(d * np, 0.f), vt(d * np, 0.f), dkt(d * np), dvt(d * np), p(np), ds(np);
     for (int64_t bh = begin; bh < end; ++bh) {
       transpose_into(K, bh, n, d, 1.f, kt.data());
       transpose_into(V, bh, n, d, 1.f, vt.data());
       std::fill(dkt.begin(), dkt.end(), 0.f);
       std::fill(dvt.begin(), dvt.end(), 0.f);
-      for (int64_t i = 0; i < n; ++i) {
-        const float *qi = Q.row(bh, i), *gi = G.row(bh, i), *oi = O.row(bh, i);
-        float delta = 0.f;  // sum_j p_j dp_j = grad_i . out_i
-        for (int64_t c = 0; c < d; ++c) delta += gi[c] * oi[c];
-        std::fill(p.begin(), p.end(), 0.f);
-        std::fill(ds.begin(), ds.end(), 0.f);
-        for (int64_t c = 0; c < d; ++c) {
-          const float a = qi[c] * sc, g = gi[c], *kr = kt.data() + c * n, *vr = vt.data() + c * n;
-          for (int64_t j = 0; j < n; ++j) { p[j] += a * kr[j]; ds[j] += g * vr[j]; }
-        }
-        const float l = L[bh * n + i];
-        for (int64_t j = 0; j < n; ++j) { p[j] = exp_nonpositive(p[j] - l); ds[j] = p[j] * (ds[j] - delta); }
-        float* dqi = DQ.row(bh, i);
-        for (int64_t c = 0; c < d; ++c) {
-          const float a = qi[c] * sc, g = gi[c], *kr = kt.data() + c * n;
-          float *dkr = dkt.data() + c * n, *dvr = dvt.data() + c * n, acc = 0.f;
-          for (int64_t j = 0; j < n; ++j) { acc += ds[j] * kr[j]; dkr[j] += a * ds[j]; dvr[j] += g * p[j]; }
-          dqi[c] = acc * sc;
-        }
-      }
+      with_head_dim(d, [&]<int D>() {
+        for (int64_t i = 0; i < n; ++i)
+          backward_row<D>(Q.row(bh, i), G.row(bh, i), O.row(bh, i), L[bh * n + i], sc, kt.data(), vt.data(),
+                          p.data(), ds.data(), dkt.data(), dvt.data(), DQ.row(bh, i), d, n, np);
+      });
       for (int64_t j = 0; j < n; ++j) {
         float *dkj = DK.row(bh, j), *dvj = DV.row(bh, j);
-        for (int64_t c = 0; c < d; ++c) { dkj[c] = dkt[c * n + j]; dvj[c] = dvt[c * n + j]; }
+        for (int64_t c = 0; c < d; ++c) { dkj[c] = dkt[c * np + j]; dvj[c] = dvt[c * np + j]; }
       }
     }
   });

@@ -4,7 +4,7 @@ what GPSA and the Q/K blend cost when converted into a user's ViT (docs/speed.md
 
 Every row is a run of the grid `users-vit-end` (src/convinit/configs/experiments/users-vit-end.yaml),
 built as `convinit train` builds it (plan, data, model, init, `step_parts`) and stepped by
-`train.trainer.train_step` on one fixed batch of its own training images; a row that the grid does not
+`train.step.train_step` on one fixed batch of its own training images; a row that the grid does not
 hold says which grid row it starts from and what it changes. The reference of each row is timm's model of
 the same shape in a plain eager loop (forward, cross-entropy, backward, fused AdamW: `speed.models.
 TrainStep`): what a user who trains timm's ViT themselves gets.
@@ -32,6 +32,7 @@ import torch.nn as nn
 
 from convinit.config import TrainConfig, parse_overrides, resolve_config
 from convinit.errors import ConfigError
+from convinit.models.small_heads import small_head_attention_enabled
 from convinit.speed.machine import describe
 from convinit.speed.models import StepSetup, TrainStep, timm_vit
 from convinit.speed.timing import interleaved_medians
@@ -50,6 +51,21 @@ class Row:
     preset: str | None = None
     twin: str = "users' ViT"  # the timm model of the same shape it is compared with (TWINS)
     bias: bool = False  # a row of table B (the unconverted ViT and the conversions)
+    small_heads: bool = False  # attention through convinit.models.small_heads' kernel (off: torch's SDPA)
+
+
+def head_rows(counts: tuple[int, ...] = (8, 16)) -> list[Row]:
+    """The recommended recipe (flushed, as `convinit train` runs it) at more heads of the same width, with
+    torch's attention and with the small-head kernel, each beside timm's ViT with as many heads (issue:
+    many heads at the CPU's speed; the 4-head row is "recommended recipe, flushed")."""
+    recipe = "blend conversion + impulse + content projection"
+    rows = []
+    for heads in counts:
+        keys = ("flush_denormal=true", f"model_args.num_heads={heads}")
+        twin = f"users' ViT, {heads} heads"
+        rows.append(Row(f"recipe, {heads} heads", recipe, keys, twin=twin))
+        rows.append(Row(f"recipe, {heads} heads, kernel", recipe, keys, twin=twin, small_heads=True))
+    return rows
 
 
 ROWS = {
@@ -73,6 +89,7 @@ ROWS = {
             ("flush_denormal=true",),
             bias=True,
         ),
+        *head_rows(),
         Row("convinit ConViT", "convinit ConViT (same width, depth)"),
         Row("ConvMixer", "ConvMixer (CNN)", twin="ConvMixer"),
         # paper 1's ViT-Ti/2 (docs/method.md 2.3) on the grid's data and recipe: 14x14 tokens of width 192
@@ -86,7 +103,7 @@ def timm_twin(name: str, cfg: TrainConfig, shape: tuple[int, int, int]) -> Calla
     """timm's model of the same shape as the row `cfg` builds, for images of `shape` (C, H, W)."""
     chans, size = shape[0], shape[-1]
     args = cfg.model_args
-    if name == "users' ViT":  # the users' model is timm's: the same class and arguments
+    if name.startswith("users' ViT"):  # the users' model is timm's: the same class and arguments
         import timm
 
         model = cfg.model.removeprefix("timm:") if cfg.model.startswith("timm:") else "vit_tiny_patch16_224"
@@ -136,21 +153,22 @@ class BuiltStep:
     """One row's trainer step on a fixed batch of its own training images: a timing case."""
 
     cfg: TrainConfig
-    parts: Any  # train.step_parts.StepParts
+    parts: Any  # train.step.StepParts
     images: torch.Tensor
     labels: torch.Tensor
     shape: tuple[int, int, int]
     index: int = 0
+    small_heads: bool = False  # the row's attention through the small-head kernel
 
     def __call__(self) -> None:
         from convinit.system.denormals import denormals_flushed
-        from convinit.train.step_parts import StepTotals
-        from convinit.train.trainer import train_step
+        from convinit.train.step import StepTotals, train_step
 
         if not hasattr(self, "totals"):
             self.totals = StepTotals(self.images.device)
         # as the trainer runs the step: subnormal floats flushed to zero on a CPU where the config asks
-        with denormals_flushed(self.images.device.type == "cpu" and self.cfg.flush_denormal):
+        flush = self.images.device.type == "cpu" and self.cfg.flush_denormal
+        with denormals_flushed(flush), small_head_attention_enabled(self.small_heads):
             train_step(self.parts, self.totals, self.images, self.labels, self.index)
         self.index += 1
 
@@ -162,10 +180,10 @@ def build_step(
     or the thread count the config asks for: the benchmark sets threads itself). `sources` keeps each data
     source read, by its recipe, for the next row that reads the same data (a model reads it, never changes
     it; the step takes its first batch)."""
+    from convinit.train.distributed import DistributedContext
     from convinit.train.opening import init_images, initialize_model, open_data, open_model, source_shape
     from convinit.train.plan import resolve_plan
-    from convinit.train.process import DistributedContext
-    from convinit.train.step_parts import step_parts
+    from convinit.train.run_builder import step_parts
 
     torch.manual_seed(cfg.seed)
     plan = resolve_plan(cfg, device)
@@ -210,6 +228,7 @@ class UsersOptions:
     bias: bool = True  # table B: 14x14 grid and fake-CUDA counts
     fake_batches: tuple[int, int] = (16, 256)
     initialize: bool = True  # the rows' init (impulse fits on images); off: random weights, same graph
+    cpu_time: bool = False  # time by the process's CPU time, not the wall clock (a shared machine)
 
 
 def check(options: UsersOptions) -> None:
@@ -252,6 +271,7 @@ def timed_block(
             step = build_step(
                 row_config(row, grid, batch, mode == "compiled"), options.initialize, sources=sources
             )
+            step.small_heads = row.small_heads
             cases[f"{row.label}/{mode}"], batches[f"{row.label}/{mode}"] = step, batch
             if mode == "compiled":
                 say(f"compiling {row.label}")
@@ -262,7 +282,8 @@ def timed_block(
             setup = StepSetup(batch, CPU, None, input=shape)
             cases[twin], batches[twin] = TrainStep(timm_twin(row.twin, cfg, shape)(), setup), batch
     say(f"timing {len(cases)} cases, {options.repeats} interleaved rounds, {torch.get_num_threads()} threads")
-    timing = interleaved_medians(cases, CPU, options.warmup, options.repeats)
+    clock = time.process_time if options.cpu_time else time.perf_counter
+    timing = interleaved_medians(cases, CPU, options.warmup, options.repeats, clock)
     rates = {name: batches[name] / t["median"] for name, t in timing.items()}
     spread = {name: [batches[name] / t["max"], batches[name] / t["min"]] for name, t in timing.items()}
     compile_s = {
