@@ -371,7 +371,8 @@ def format_users(result: dict[str, Any]) -> str:
     lines = [
         f"users'-regime speed: cpu ({machine['cpu']}), torch {machine['torch']}, fp32, batch "
         f"{options['batch_size']} (ViT-Ti/2: {options['vit_ti_batch_size']}), 28 px 1-channel input, "
-        f"median of {options['repeats']} interleaved rounds",
+        f"median of {options['repeats']} interleaved rounds"
+        + (" (CPU time of the process, not the wall clock)" if options.get("cpu_time") else ""),
         "'x timm': over timm's eager model of the same shape (plain loop, fused AdamW) in the same rounds",
     ]
     for threads, block in result["threads"].items():
