@@ -233,8 +233,10 @@ std::vector<torch::Tensor> backward(torch::Tensor q, torch::Tensor k, torch::Ten
 }
 """
 # vectorised loops need reassociation; no -ffinite-math-only (the kernel keeps IEEE infinities)
-BUILD_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math",
-               "-fno-signed-zeros"]  # fmt: skip
+BUILD_FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
+# the instruction set of torch's own CPU dispatch, never -march=native: a build cached in a home folder that
+# several machines share (a cluster's nodes) must run on each of them, and its name says which set it uses
+TARGETS = {"AVX512": ["-march=x86-64-v4"], "AVX2": ["-march=x86-64-v3"]}
 
 
 @functools.lru_cache(maxsize=1)
@@ -243,11 +245,12 @@ def kernel() -> Any | None:
     try:
         from torch.utils.cpp_extension import load_inline
 
+        capability = torch.backends.cpu.get_cpu_capability()
         return load_inline(
-            "convinit_small_heads",
+            f"convinit_small_heads_{capability.lower()}",
             cpp_sources=KERNEL_SOURCE,
             functions=["forward", "backward"],
-            extra_cflags=BUILD_FLAGS,
+            extra_cflags=BUILD_FLAGS + TARGETS.get(capability, []),
         )
     except Exception as exc:  # no compiler, no headers, another platform: torch's attention instead
         detail = " ".join(str(exc).split())[:160]
