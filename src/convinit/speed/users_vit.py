@@ -4,7 +4,7 @@ what GPSA and the Q/K blend cost when converted into a user's ViT (docs/speed.md
 
 Every row is a run of the grid `users-vit-end` (src/convinit/configs/experiments/users-vit-end.yaml),
 built as `convinit train` builds it (plan, data, model, init, `step_parts`) and stepped by
-`train.step.train_step` on one fixed batch of its own training images; a row that the grid does not
+`train.trainer.train_step` on one fixed batch of its own training images; a row that the grid does not
 hold says which grid row it starts from and what it changes. The reference of each row is timm's model of
 the same shape in a plain eager loop (forward, cross-entropy, backward, fused AdamW: `speed.models.
 TrainStep`): what a user who trains timm's ViT themselves gets.
@@ -153,7 +153,7 @@ class BuiltStep:
     """One row's trainer step on a fixed batch of its own training images: a timing case."""
 
     cfg: TrainConfig
-    parts: Any  # train.step.StepParts
+    parts: Any  # train.step_parts.StepParts
     images: torch.Tensor
     labels: torch.Tensor
     shape: tuple[int, int, int]
@@ -162,7 +162,8 @@ class BuiltStep:
 
     def __call__(self) -> None:
         from convinit.system.denormals import denormals_flushed
-        from convinit.train.step import StepTotals, train_step
+        from convinit.train.step_parts import StepTotals
+        from convinit.train.trainer import train_step
 
         if not hasattr(self, "totals"):
             self.totals = StepTotals(self.images.device)
@@ -180,10 +181,10 @@ def build_step(
     or the thread count the config asks for: the benchmark sets threads itself). `sources` keeps each data
     source read, by its recipe, for the next row that reads the same data (a model reads it, never changes
     it; the step takes its first batch)."""
-    from convinit.train.distributed import DistributedContext
     from convinit.train.opening import init_images, initialize_model, open_data, open_model, source_shape
     from convinit.train.plan import resolve_plan
-    from convinit.train.run_builder import step_parts
+    from convinit.train.process import DistributedContext
+    from convinit.train.step_parts import step_parts
 
     torch.manual_seed(cfg.seed)
     plan = resolve_plan(cfg, device)
