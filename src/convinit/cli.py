@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from convinit.errors import ConfigError, ConvinitError, TrainingDiverged
-from convinit.runs.run_dir import CONFIG_FILE
 from convinit.system.version import VERSION
 
 EXAMPLES = """examples:
@@ -45,6 +44,7 @@ def one_line_warning(message: Warning | str, *_: object, **__: object) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from convinit.config import build_config, load_config, merge, parse_overrides, resolve_config
+    from convinit.runs.run_dir import CONFIG_FILE
     from convinit.train import train
 
     overrides = list(args.overrides)
