@@ -133,12 +133,12 @@ def test_a_scheme_failing_midway_leaves_every_tensor_as_it_was(family, monkeypat
 @pytest.mark.parametrize("scheme", ["random", "mimetic", "impulse"])
 def test_every_scheme_reports_finite_figures_or_refuses(scheme, monkeypatch):
     """A NaN that reaches a report (here a measure that returns one) is a refusal, the model unchanged."""
-    from convinit.init.schemes import mimetic
+    from convinit.init import measure
 
     model = model_of("convinit")
     before = tensors(model)
-    real = mimetic.real_pass_quality  # random, mimetic and scaled-position measure through it
-    monkeypatch.setattr(mimetic, "real_pass_quality", lambda *a: {**real(*a), "mean_entropy": float("nan")})
+    real = measure.real_pass_quality  # random, mimetic and scaled-position measure through it
+    monkeypatch.setattr(measure, "real_pass_quality", lambda *a: {**real(*a), "mean_entropy": float("nan")})
     if scheme == "impulse":  # impulse measures itself: poison its summary instead
         from convinit.init.schemes import impulse
 

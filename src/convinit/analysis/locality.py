@@ -29,6 +29,7 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.models.layers import record_attention
+from convinit.models.token_grid import token_grid
 
 
 def attention_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -94,9 +95,9 @@ def patch_distances(rows: int, cols: int) -> torch.Tensor:
 def model_grid(model: nn.Module, tokens: int) -> tuple[int, int]:
     """The model's (rows, cols) patch grid: `model.grid` (convinit) or `patch_embed.grid_size` (timm) if
     set, else a square grid of `tokens` patches (after at most one class token)."""
-    grid = getattr(model, "grid", None) or getattr(getattr(model, "patch_embed", None), "grid_size", None)
+    grid = token_grid(model)
     if grid is not None:
-        return int(grid[0]), int(grid[1])
+        return grid
     for prefix in (0, 1):
         side = math.isqrt(tokens - prefix)
         if side * side == tokens - prefix:

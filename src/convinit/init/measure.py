@@ -203,3 +203,20 @@ def split_batch(images: torch.Tensor, held_out: float, grid) -> tuple[torch.Tens
     return images_for(FIT_TOKENS, grid, images[:cut]), images[cut:][
         : len(images_for(MEASURE_TOKENS, grid, images[cut:]))
     ]
+
+
+def real_pass_measured(
+    model: nn.Module, slots: list, images: torch.Tensor, held_out: float
+) -> dict[str, Any]:
+    """`real_pass` and `real_pass_held_out` split and measured as impulse's are, without targets: the
+    batch's last `held_out` share is the held-apart part (impulse fits on the rest; a scheme that fits on
+    no images measures both parts alike, so that every scheme reports the same figures on the same
+    images); none for a model with no attention layer left (`initialize` says so in the report)."""
+    if not slots:
+        return {}
+    first, held = split_batch(images, held_out, slots[0].grid)
+    measured = images_for(MEASURE_TOKENS, slots[0].grid, first)
+    reports = {"real_pass": real_pass_quality(model, slots, measured)}
+    if len(held):
+        reports["real_pass_held_out"] = real_pass_quality(model, slots, held)
+    return reports

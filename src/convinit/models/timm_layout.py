@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.models.filters import Grid
+from convinit.models.token_grid import token_grid
 
 
 def is_timm_layout(model: nn.Module) -> bool:
@@ -30,9 +31,9 @@ def is_timm_layout(model: nn.Module) -> bool:
 
 
 def timm_grid(model: nn.Module) -> Grid:
-    grid = getattr(model, "grid", None) or getattr(getattr(model, "patch_embed", None), "grid_size", None)
+    grid = token_grid(model)
     if grid is None:
         raise ConfigError(
             "this timm-layout model exposes no patch grid (model.grid or patch_embed.grid_size)"
         )
-    return int(grid[0]), int(grid[1])
+    return grid

@@ -35,7 +35,7 @@ from convinit.init.registry import init_spec
 from convinit.models.arguments import check_model_arguments
 from convinit.models.external import is_external
 from convinit.models.filters import check_kernel_fits
-from convinit.models.hf_layout import hf_grid, hf_vit_backbone
+from convinit.models.token_grid import token_grid
 from convinit.runs.run_dir import CONFIG_FILE
 from convinit.system.torchvision_pair import check_pair
 from convinit.train.loggers import check_loggers
@@ -120,13 +120,9 @@ def torchvision_use(cfg: TrainConfig) -> str | None:
 def check_init_kernel(plan: RunPlan, meta_model: nn.Module) -> None:
     """An init's kernel_size against the model's patch grid, before the run folder exists (the scheme
     checks it again on the built model, before listing a single offset)."""
-    size = plan.init.options.get("kernel_size")
-    embed = getattr(meta_model, "patch_embed", None)
-    grid = getattr(meta_model, "grid", None) or getattr(embed, "grid_size", None)
-    if grid is None and (backbone := hf_vit_backbone(meta_model)) is not None:
-        grid = hf_grid(backbone)
+    size, grid = plan.init.options.get("kernel_size"), token_grid(meta_model)
     if size is not None and grid is not None and plan.init.accepts("kernel_size"):
-        check_kernel_fits(size, (int(grid[0]), int(grid[1])), "init_args.kernel_size")
+        check_kernel_fits(size, grid, "init_args.kernel_size")
 
 
 def check_model(plan: RunPlan) -> None:

@@ -261,7 +261,7 @@ def impulse_init(
     if position is not None:
         report["position"] = position
     if images is not None:
-        report.update(real_pass_reports(slots[0], on_fitted, measured, on_held, held_count))
+        report.update(real_pass_fitted(slots[0], on_fitted, measured, on_held, held_count))
     return report
 
 
@@ -297,7 +297,7 @@ def repeated_offsets_note(heads: int, opts: ImpulseOptions) -> str | None:
     )
 
 
-def real_pass_reports(
+def real_pass_fitted(
     slot: AttentionSlot, on_fitted: list[dict], fitted: int, on_held: list[dict], held: int
 ) -> dict[str, Any]:
     """`real_pass` (the images fitted on) and `real_pass_held_out` (the images held apart, if any),

@@ -27,14 +27,7 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import AttentionSlot, attention_slots, check_scheme_applies, rms, write_qk
-from convinit.init.measure import (
-    HELD_OUT,
-    MEASURE_TOKENS,
-    check_held_out,
-    images_for,
-    real_pass_quality,
-    split_batch,
-)
+from convinit.init.measure import HELD_OUT, check_held_out, real_pass_measured
 from convinit.init.positions import repair_unset
 from convinit.init.registry import register_scheme
 
@@ -141,7 +134,7 @@ def mimetic_init(
     variant "trockman_kolter" (a1, b1, a2, b2; V/proj too unless value_proj=False) or "paper1" (Q/K
     only, noise variance 1/(3D), the baseline paper 1's tables used). Reports per layer the rms of the
     new Q/K and V weights, for comparison with other schemes; with `images`, the same real-pass figures
-    as impulse (`real_pass`, `real_pass_held_out`: see `real_pass_reports`).
+    as impulse (`real_pass`, `real_pass_held_out`: see `init.measure.real_pass_measured`).
     """
     if value_proj is None:  # option values checked by `initialize` (init_spec: check_mimetic_options)
         value_proj = variant == "trockman_kolter"
@@ -170,20 +163,5 @@ def mimetic_init(
     )
     report = {"variant": variant, "constants": constants, "value_proj": value_proj, "layers": layers}
     if images is not None:
-        report.update(real_pass_reports(model, slots, images, held_out))
+        report.update(real_pass_measured(model, slots, images, held_out))
     return {**report, "repaired": repaired} if repaired else report
-
-
-def real_pass_reports(model: nn.Module, slots: list, images: torch.Tensor, held_out: float) -> dict[str, Any]:
-    """`real_pass` and `real_pass_held_out` split and measured as impulse's are, without targets: the
-    batch's last `held_out` share is the held-apart part (impulse fits on the rest; a scheme that fits on
-    no images measures both parts alike, so that every scheme reports the same figures on the same
-    images); none for a model with no attention layer left (`initialize` says so in the report)."""
-    if not slots:
-        return {}
-    first, held = split_batch(images, held_out, slots[0].grid)
-    measured = images_for(MEASURE_TOKENS, slots[0].grid, first)
-    reports = {"real_pass": real_pass_quality(model, slots, measured)}
-    if len(held):
-        reports["real_pass_held_out"] = real_pass_quality(model, slots, held)
-    return reports

@@ -9,9 +9,8 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import attention_slots
-from convinit.init.measure import HELD_OUT, check_held_out
+from convinit.init.measure import HELD_OUT, check_held_out, real_pass_measured
 from convinit.init.registry import register_scheme
-from convinit.init.schemes.mimetic import real_pass_reports
 
 
 def check_random_options(options: dict[str, Any]) -> None:
@@ -32,4 +31,4 @@ def random_init(
         slots = attention_slots(model, "measure")
     except ConfigError:  # no attention the schemes reach (e.g. ConvMixer): no figures
         return {}
-    return real_pass_reports(model, slots, images, held_out)
+    return real_pass_measured(model, slots, images, held_out)

@@ -17,10 +17,9 @@ import torch.nn as nn
 
 from convinit.errors import ConfigError
 from convinit.init.attention_sites import attention_slots, position_table
-from convinit.init.measure import HELD_OUT, check_held_out
+from convinit.init.measure import HELD_OUT, check_held_out, real_pass_measured
 from convinit.init.positions import POS_EMBED_SCALE, POSITION_MODES, check_pos_embed_scale, prepare_positions
 from convinit.init.registry import register_scheme
-from convinit.init.schemes.mimetic import real_pass_reports
 
 
 def check_scaled_position_options(options: dict[str, Any]) -> None:
@@ -55,5 +54,5 @@ def scaled_position_init(
         )
     report = {"position": prepare_positions(model, learned_pos_embed, pos_embed_scale)}
     if images is not None:
-        report.update(real_pass_reports(model, slots, images, held_out))
+        report.update(real_pass_measured(model, slots, images, held_out))
     return report
