@@ -50,6 +50,9 @@ EXCLUDED = {
     "python benchmarks/bias_diagnostics.py": "measures each trained run of the grid above",
     "python benchmarks/init_quality.py": "fits and measures every model of its table: minutes",
     "python benchmarks/kill_chains.py": "many minutes; tests/reliability runs short chains",
+    "python benchmarks/users_vit_speed.py": "alternated timing rounds, minutes; "
+    "tests/speed/test_users_vit.py"
+    " builds and steps its rows",
     "python benchmarks/demo_time.py": "runs the whole quick demo, minutes; tests/experiments/test_demo.py "
     "runs the demo itself",
     "--out results/": "a claim grid of docs/results.md (hours of CPU); its runs are kept in results/ and "
