@@ -158,10 +158,10 @@ def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: 
     """Every part of the run `plan` (already validated) describes, in the one order that fixes which random
     numbers each part draws, restored from its newest intact checkpoint when resuming. Every check that can
     refuse comes before the folder is emptied (--overwrite) or written."""
-    if not resume:  # the teacher, on the shape the plan knows (an unread set's: once its data is read)
-        check_teacher(plan.cfg.teacher, plan.shape)
     threads = begin(plan, run_dir, resume, ddp.rank)  # seeds, CUDA math, threads
     data = open_data(plan, ddp.rank, ddp.world_size)
+    if not resume:  # the teacher against the data's shape, before the folder is touched
+        check_teacher(plan.cfg.teacher, plan.shape or source_shape(data))
     plan, checkpoint, threads = prepare_folder(plan, data, run_dir, resume, overwrite, ddp, threads)
     model = open_model(plan, source_shape(data))
     initialize_fresh(plan, model, data, run_dir, checkpoint is None, ddp.is_main)
@@ -198,8 +198,6 @@ def prepare_folder(
     data record written; a resumed run's newest intact checkpoint found. Returns the plan settled on the
     data's shape, that checkpoint (None: start fresh) and the thread count, less the decoding workers."""
     cfg = plan.cfg
-    if not resume and plan.shape is None:
-        check_teacher(cfg.teacher, source_shape(data))
     if not resume and ddp.is_main:
         prepare_run_dir(run_dir, overwrite)
         save_config(cfg, run_dir / CONFIG_FILE)
