@@ -101,3 +101,13 @@ def pausing_at_step(monkeypatch, step: int, markers: Path, attempts: str = "0") 
     monkeypatch.setenv("PAUSING_CHILDREN", f"--pause-at-step {step}")
     monkeypatch.setenv("PAUSING_CHILDREN_MARKERS", str(markers))
     monkeypatch.setenv("PAUSING_ATTEMPTS", attempts)
+
+
+def pausing_before_torch(monkeypatch, markers: Path) -> None:
+    """Jobs submitted from now on pause in their first attempt just before the task first imports torch
+    (while it unpickles the job, before submitit or convinit handle any signal) until a signal comes;
+    the pause writes `markers/<pid>`. Nothing of the test holds signals there: only the job's own start."""
+    markers.mkdir(parents=True, exist_ok=True)
+    children = str(ROOT / "tests" / "slurm_children")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [children, os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PAUSING_BEFORE_TORCH", str(markers))

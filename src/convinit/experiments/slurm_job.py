@@ -12,6 +12,9 @@ directory, and a `TrainJob` always continues its run directory from the newest i
 (or starts it), so the requeued job picks up at that step: no step is lost or repeated, and with
 `deterministic=true` on the CPU the weights are bit-identical to an uninterrupted run.
 
+A warning that comes while the task still starts is held by its first line (slurm_start) and acted on
+as soon as `TrainJob` has its handler in place: the job requeues before its first step.
+
 The other ways SLURM stops a job end the same way, each with one `stopped:` line and no traceback:
 SIGTERM from `scontrol requeue` (SLURM requeues the job itself), the time limit reached without the
 warning (the job requeues itself). A warning counts against `--requeues` only when it is the time
@@ -26,7 +29,9 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -36,10 +41,17 @@ from typing import Any
 from convinit.config import TrainConfig, save_config
 from convinit.errors import ConfigError
 from convinit.experiments.failures import record_failure
-from convinit.experiments.slurm_options import SIGNAL_DELAY_S, START_S, SlurmOptions, check_request
+from convinit.experiments.slurm_options import (
+    SIGNAL_DELAY_S,
+    START_S,
+    SlurmOptions,
+    check_request,
+    preemption_signal,
+)
 from convinit.experiments.slurm_state import this_job_id
 from convinit.runs.run_dir import CONFIG_FILE
 from convinit.runs.signals import RunInterrupted, continue_with
+from convinit.system.held_signals import deliver_held
 from convinit.train.process import is_main_rank
 from convinit.train.trainer import train
 
@@ -49,12 +61,6 @@ except ImportError:  # submitit is optional (`pip install "convinit[slurm]"`)
     Checkpointable, DelayedSubmission = object, None
 
 REQUEUES_ITSELF = "the SLURM job requeues itself and resumes from it (nothing to run)"
-
-
-def preemption_signal() -> signal.Signals:
-    """The signal submitit treats as preemption: $SUBMITIT_PREEMPT_SIGNAL, USR2 by default."""
-    name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
-    return getattr(signal, name if name.startswith("SIG") else f"SIG{name}")
 
 
 def slurm_ranks() -> None:
@@ -108,6 +114,7 @@ class JobStop:
             self.warned = True
             if signal.getsignal(signal.SIGTERM) is before:  # the trainer is not running: nothing to save
                 if callable(self.requeue):
+                    print(f"stopped: warned before training started, nothing lost; {REQUEUES_ITSELF}")
                     self.requeue(signum, frame)
                 return
             os.kill(os.getpid(), signal.SIGTERM)  # the trainer's handler: stop at the next step boundary
@@ -185,6 +192,7 @@ class TrainJob(Checkpointable):
         stop = JobStop(run_dir, self.signal_delay_s)
         requeue = stop.install()
         try:
+            deliver_held()  # a warning that came while the task started (slurm_start) is acted on now
             with continue_with(stop.continuation):
                 return train(self.cfg, run_dir=run_dir, resume=True, progress=False).metrics[-1]
         except RunInterrupted as exc:
@@ -211,7 +219,9 @@ def slurm_executor(folder: Path, options: SlurmOptions) -> Any:
     except ImportError as exc:
         raise ConfigError('--launcher slurm needs submitit: pip install "convinit[slurm]"') from exc
     check_request(options)
-    executor = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=options.requeues)
+    # each task starts in slurm_start, which holds an early warning instead of dying of it
+    python = f"{shlex.quote(sys.executable)} -u -m convinit.experiments.slurm_start"
+    executor = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=options.requeues, python=python)
     executor.update_parameters(**options.submitit_parameters())
     return executor
 

@@ -10,8 +10,10 @@ the command said `submitted` is the mistake this prevents.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +24,12 @@ SIGNAL_DELAY_S = 90  # submitit's warning before the limit (USR2), in which the 
 SLURM_CHECK_PERIOD_S = 30  # slurmctld looks at time limits this often: the warning can be this late
 START_S = 15  # a job needs about this long to start Python and take a step before the warning
 SLURM_TIMEOUT_S = 30  # the longest any sinfo/squeue/sbatch call may take before it counts as no answer
+
+
+def preemption_signal() -> signal.Signals:
+    """The signal submitit treats as preemption: $SUBMITIT_PREEMPT_SIGNAL, USR2 by default."""
+    name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
+    return getattr(signal, name if name.startswith("SIG") else f"SIG{name}")
 
 
 @dataclass(frozen=True)
