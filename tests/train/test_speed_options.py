@@ -21,6 +21,7 @@ from torch._dynamo.utils import counters
 from convinit.config import resolve_config
 from convinit.data import BatchAugment, MixupCutmix
 from convinit.errors import ConfigError, TrainingDiverged
+from convinit.models import layers
 from convinit.runs.checkpoint import list_checkpoints, load_train_state
 from convinit.runs.signals import RunInterrupted
 from convinit.train import evaluate_run, train
@@ -309,3 +310,53 @@ def test_this_torchs_own_tf32_api_takes_the_setting():
             matmul.fp32_precision, cudnn.conv.fp32_precision = saved
         else:
             matmul.allow_tf32, cudnn.allow_tf32 = saved
+
+
+def test_attention_kernel_small_heads_runs_every_step_and_evaluation_and_trains_like_sdpa(
+    tmp_path, tiny_overrides, monkeypatch
+):
+    calls = {"training": 0, "evaluating": 0}
+    original = layers.small_head_attention
+
+    def counted(q, k, v, scale):
+        calls["training" if torch.is_grad_enabled() else "evaluating"] += 1
+        return original(q, k, v, scale)
+
+    monkeypatch.setattr(layers, "small_head_attention", counted)
+    many_heads = tiny_overrides + ["model_args.heads=8", "model_args.dim_head=4", "lr=3e-3"]
+    plain = train(resolve_config(None, many_heads), run_dir=tmp_path / "sdpa", progress=False)
+    assert calls == {"training": 0, "evaluating": 0}  # the default is torch's SDPA, as before
+    fused = train(
+        resolve_config(None, many_heads + ["attention_kernel=small_heads"]),
+        run_dir=tmp_path / "kernel",
+        progress=False,
+    )
+    # 2 layers in each of 20 training steps; every evaluation (step 0 and 2 epochs) and the forward check
+    assert calls["training"] == 2 * 20 and calls["evaluating"] > 0
+    # exact to float rounding, not bit for bit: the same training
+    for name, tensor in plain.model.state_dict().items():
+        torch.testing.assert_close(fused.model.state_dict()[name], tensor, atol=1e-4, rtol=1e-4, msg=name)
+    for key in ("train_loss", "test_loss"):
+        assert fused.metrics[-1][key] == pytest.approx(plain.metrics[-1][key], abs=1e-4), key
+    assert evaluate_run(tmp_path / "kernel")["test_loss"] == pytest.approx(
+        fused.metrics[-1]["test_loss"], abs=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    "preset, overrides, says",
+    [
+        (None, [], "runs no layer of simplevit"),  # heads of dim 16: torch's kernel is the faster there
+        (None, ["model_args.heads=8", "model_args.dim_head=4", "precision=bf16"], "has precision=bf16"),
+        ("paper1/convmixer_small", ["epochs=1"], "runs no layer of convmixer"),
+    ],
+)
+def test_attention_kernel_small_heads_is_refused_where_it_would_run_nothing_before_the_folder_exists(
+    tmp_path, tiny_overrides, preset, overrides, says
+):
+    base = [] if preset else tiny_overrides
+    cfg = resolve_config(preset, base + overrides + ["device=cpu", "attention_kernel=small_heads"])
+    with pytest.raises(ConfigError, match=says) as refused:
+        train(cfg, run_dir=tmp_path / "run", progress=False)
+    assert "use attention_kernel=sdpa" in str(refused.value) and "\n" not in str(refused.value)
+    assert not (tmp_path / "run").exists()

@@ -37,6 +37,7 @@ CHOICES = {
     "data_mode": ("auto", "device", "stream"),
     "compile_mode": ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
     "recommended": ("auto", "none", "applied"),
+    "attention_kernel": ("sdpa", "small_heads"),
 }
 
 
@@ -146,6 +147,11 @@ class TrainConfig:
     # torch.compile's mode; auto: reduce-overhead (CUDA graphs, no autotuning) on one GPU, default elsewhere
     compile_mode: str = "auto"
     channels_last: bool = False  # model and batches in channels_last memory format (faster ConvMixer convs)
+    # attention of convinit's layers (a converted ViT's too): torch's SDPA, or on a CPU for heads of dim 8 or
+    # less the fused kernel of convinit.models.small_heads (16 heads of 4 at 1.2x the time of 4 heads of 16,
+    # against 1.9x with SDPA); not the default: it needs a C++ compiler and is exact to float rounding, not
+    # bit for bit, so runs kept with SDPA stay reproducible
+    attention_kernel: str = "sdpa"
     eval_batch_size: int = 1000
     log_every: int = 10  # steps between reads of the device's running totals (progress, loggers, NaN checks)
     eval_every: int = (

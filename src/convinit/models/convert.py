@@ -129,6 +129,7 @@ class PortedAttention(nn.Module):
         self.mode = mode
         self.num_heads = parts["heads"]
         self.head_dim = parts["dim_head"]
+        self.kernel_head_dim: int | None = self.head_dim  # attends through scaled_attention
         self.scale = float(parts["scale"])
         self.attn_drop_p = float(parts.get("dropout", 0.0))
         self.transformers = parts["layout"] == "transformers"
@@ -219,6 +220,7 @@ class PortedGPSA(PortedAttention):
 
     def __init__(self, parts: dict[str, Any], grid: tuple[int, int], conversion: Conversion):
         super().__init__(parts, grid, mode="gpsa")
+        self.kernel_head_dim = None  # its content attention is torch's SDPA, mixed with the positional maps
         refuse_block(parts, "gpsa", conversion)
         heads = self.num_heads
         device = self.weights()["q"].device

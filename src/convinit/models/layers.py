@@ -153,6 +153,7 @@ class Attention(nn.Module):
         inner = heads * dim_head
         self.heads = heads
         self.dim_head = dim_head
+        self.kernel_head_dim = dim_head  # attends through scaled_attention (small_heads.kernel_layers)
         self.scale = float(attn_scale) if attn_scale is not None else dim_head**-0.5
         self.to_qk = nn.Linear(dim, 2 * inner, bias=False)
         self.to_v = nn.Linear(dim, inner, bias=False)
@@ -254,6 +255,7 @@ class MHSA(nn.Module):
         super().__init__()
         check_heads(dim, num_heads)
         self.num_heads = num_heads
+        self.kernel_head_dim = dim // num_heads  # attends through scaled_attention
         self.scale = (dim // num_heads) ** -0.5
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)

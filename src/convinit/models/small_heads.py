@@ -260,6 +260,29 @@ def kernel() -> Any | None:
         return None
 
 
+def kernel_layers(model: torch.nn.Module) -> int:
+    """How many of `model`'s attention layers the kernel would run: those that attend through
+    `layers.scaled_attention` (they carry `kernel_head_dim`) with heads of dim at most SMALL_HEAD_DIM and
+    no attention dropout. Read from the modules, so it works on a model built on the meta device."""
+    return sum(
+        1
+        for module in model.modules()
+        if (dim := getattr(module, "kernel_head_dim", None)) is not None
+        and dim <= SMALL_HEAD_DIM
+        and not getattr(module, "attn_drop_p", 0.0)
+    )
+
+
+def build_failure() -> str | None:
+    """Why the kernel cannot be built here (one line), or None once it is built (a minute the first time)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        built = kernel()
+    if built is not None:
+        return None
+    return str(caught[0].message) if caught else "small-head attention kernel not built"
+
+
 @contextmanager
 def small_head_attention_enabled(on: bool = True) -> Iterator[None]:
     """Attention layers use the small-head kernel where it applies, inside this block."""

@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 
 from convinit.config import TrainConfig, config_differences, load_config
 from convinit.errors import ConfigError, TrainingDiverged
+from convinit.models.small_heads import small_head_attention_enabled
 from convinit.runs.checkpoint import latest_checkpoint, save_checkpoint
 from convinit.runs.metrics import loss_change_at_end
 from convinit.runs.ownership import own_run_dir
@@ -118,7 +119,8 @@ def train(
     with owner, stop_outside_the_loop(run_dir):
         if resume:  # the run's own saved config, read while this process owns the run
             plan = validate(resumed_config(cfg, Path(run_dir)))
-        return train_owned(plan, run_dir, resume, overwrite, progress)
+        with small_head_attention_enabled(plan.cfg.attention_kernel == "small_heads"):
+            return train_owned(plan, run_dir, resume, overwrite, progress)
 
 
 def resumed_config(cfg: TrainConfig | None, run_dir: Path) -> TrainConfig:
@@ -496,7 +498,8 @@ def evaluate_run(run_dir: str | Path, ema: bool = False, device: str = "auto") -
     as training flushed them (its sums, to the digit)."""
     run = open_run(run_dir, resolve_device(device), ema=ema, settle=True)
     data, plan = run.data, run.plan
-    with denormals_flushed(plan.device.type == "cpu" and plan.cfg.flush_denormal):  # as the run trained
+    flush, kernel = plan.device.type == "cpu" and plan.cfg.flush_denormal, plan.cfg.attention_kernel
+    with denormals_flushed(flush), small_head_attention_enabled(kernel == "small_heads"):  # as it trained
         loss, acc = evaluate(run.model, data.test, data.eval_transform, plan.dtype, plan.layout)
     return {
         "checkpoint": str(run.checkpoint),

@@ -35,13 +35,14 @@ from convinit.init.registry import init_spec
 from convinit.models.arguments import check_model_arguments
 from convinit.models.external import is_external
 from convinit.models.filters import check_kernel_fits
+from convinit.models.small_heads import SMALL_HEAD_DIM, build_failure, kernel_layers
 from convinit.models.token_grid import token_grid
 from convinit.runs.run_dir import CONFIG_FILE
 from convinit.system.torchvision_pair import check_pair
 from convinit.train.loggers import check_loggers
 from convinit.train.opening import open_data, source_shape
 from convinit.train.optim import pulled_parameters
-from convinit.train.plan import RunPlan, recipe_note, resolve_plan
+from convinit.train.plan import DataShape, RunPlan, recipe_note, resolve_plan
 
 
 def validate(cfg: TrainConfig) -> RunPlan:
@@ -72,6 +73,7 @@ def validate(cfg: TrainConfig) -> RunPlan:
     check_data_fits(cfg.dataset, cfg.data_mode, plan.device)
     if plan.model is not None:
         check_model(plan)
+        check_attention_kernel(plan)
     check_loggers(cfg.logger)
     if cfg.track:
         from convinit.analysis import get_tracker
@@ -123,6 +125,36 @@ def check_init_kernel(plan: RunPlan, meta_model: nn.Module) -> None:
     size, grid = plan.init.options.get("kernel_size"), token_grid(meta_model)
     if size is not None and grid is not None and plan.init.accepts("kernel_size"):
         check_kernel_fits(size, grid, "init_args.kernel_size")
+
+
+def check_attention_kernel(plan: RunPlan, shape: DataShape | None = None) -> None:
+    """`attention_kernel=small_heads` is refused in one line where it would do nothing (another device, a
+    lower precision, no layer it runs) or cannot be built, before the run folder is touched; checked on
+    the model built for `shape` (default the plan's) on the meta device."""
+    cfg = plan.cfg
+    if cfg.attention_kernel != "small_heads":
+        return
+    fix = "use attention_kernel=sdpa"
+    if plan.device.type != "cpu" or plan.dtype is not None:
+        where = f"precision={cfg.precision}" if plan.device.type == "cpu" else f"device {plan.device.type}"
+        raise ConfigError(
+            f"attention_kernel=small_heads is a float32 CPU kernel; this run has {where}; {fix}"
+        )
+    spec = plan.model if shape is None else plan.model_for(shape)
+    try:
+        with torch.device("meta"):
+            model = spec.construct()
+    except Exception:  # a constructor that reads values: checked on the CPU
+        model = spec.build()
+    if not kernel_layers(model):
+        raise ConfigError(
+            f"attention_kernel=small_heads runs no layer of {cfg.model}: it runs convinit's attention "
+            f"layers (a converted ViT's too, convert=blend) with heads of dim {SMALL_HEAD_DIM} or less and "
+            f"no attention dropout; {fix}, or more, smaller heads"
+        )
+    failure = build_failure()
+    if failure is not None:
+        raise ConfigError(f"attention_kernel=small_heads cannot be used here: {failure}; {fix}")
 
 
 def check_model(plan: RunPlan) -> None:
