@@ -15,6 +15,7 @@ from convinit.models.convert import converted_layers
 from convinit.speed.stream import fabricate_folder
 from convinit.train import train
 from convinit.train.opening import open_run
+from convinit.train.recommendation import HEADS_EVIDENCE, HEADS_SOURCE
 
 TINY = ["epochs=1", "batch_size=200", "per_class=20", "eval_batch_size=500", "device=cpu", "warmup_epochs=0"]
 # digits are 8x8: 2 px patches give a 4x4 grid (impulse's 5x5 kernel fits), 4 px ones a 2x2 grid (it does not,
@@ -119,6 +120,20 @@ def test_recommend_names_the_recipe_and_its_figures_for_a_timm_vit_and_leaves_it
     assert "users-vit-end" in found.reason and "+-" in found.reason and "\n" not in found.reason
     assert not converted_layers(model)
     assert convinit.recommend("hf:vit").overrides == RECOMMENDED
+
+
+def test_recommend_advises_on_heads_with_the_models_own_count_and_the_kept_figures_and_changes_nothing():
+    model = timm.create_model(
+        "vit_tiny_patch16_224", img_size=8, patch_size=2, embed_dim=16, depth=2, num_heads=2
+    )
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    found = convinit.recommend(model)
+    assert found.heads == f"this model has 2 heads of dim 8; {HEADS_EVIDENCE} ({HEADS_SOURCE})"
+    assert str(found).endswith(f"\nheads: {found.heads}") and "\n" not in found.heads
+    assert all(block.attn.num_heads == 2 for block in model.blocks) and not converted_layers(model)
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+    assert convinit.recommend("hf:vit").heads == f"{HEADS_EVIDENCE} ({HEADS_SOURCE})"  # no model: no count
+    assert convinit.recommend("simplevit").heads == ""  # convinit's own models carry their preset's method
 
 
 def test_recommend_adapts_the_kernel_to_a_grid_too_small_for_5x5_in_one_line():
