@@ -20,6 +20,7 @@ build fails (no compiler), attention is torch's scaled_dot_product_attention, as
 from __future__ import annotations
 
 import functools
+import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -242,6 +243,10 @@ TARGETS = {"AVX512": ["-march=x86-64-v4"], "AVX2": ["-march=x86-64-v3"]}
 @functools.lru_cache(maxsize=1)
 def kernel() -> Any | None:
     """The built kernel module, or None (with one warning) where it cannot be built."""
+    # torch logs "No CUDA runtime is found" on import: a CPU build needs none; the line reads like an error
+    quiet = logging.getLogger("torch.utils.cpp_extension")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         from torch.utils.cpp_extension import load_inline
 
@@ -258,6 +263,8 @@ def kernel() -> Any | None:
             f"small-head attention kernel not built ({detail}); using torch's attention", stacklevel=2
         )
         return None
+    finally:
+        quiet.setLevel(level)
 
 
 def kernel_layers(model: torch.nn.Module) -> int:
