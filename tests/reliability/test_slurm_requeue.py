@@ -46,9 +46,11 @@ def paused_job(tmp_path, monkeypatch, name: str, attempts: str = "0", **options)
     return job, run_dir, markers
 
 
-def assert_requeued_and_exact(job, run_dir, exact_reference, attempts: int = 2) -> str:
+def assert_requeued_and_exact(
+    job, run_dir, exact_reference, attempts: int = 2, timeout: float = 120.0
+) -> str:
     """The job ended after `attempts` - 1 requeues (or more) like the uninterrupted run; its log."""
-    assert wait_until_ended(job.job_id) in ("COMPLETED", "GONE")
+    assert wait_until_ended(job.job_id, timeout) in ("COMPLETED", "GONE")
     log = job.stdout() + (job.stderr() or "")
     assert "Traceback" not in log, log
     assert log.count("Starting with JobEnvironment") >= attempts, log

@@ -43,6 +43,7 @@ from convinit.errors import ConfigError
 from convinit.experiments.failures import record_failure
 from convinit.experiments.slurm_options import (
     SIGNAL_DELAY_S,
+    SLURM_CHECK_PERIOD_S,
     START_S,
     SlurmOptions,
     check_request,
@@ -97,8 +98,10 @@ class JobStop:
         self.why: str | None = None
 
     def timed_out(self, started: float, timeout_min: float) -> bool:
-        """Whether the warning is the time limit's (`signal_delay_s` before it), not a pre-emption."""
-        return time.time() - started >= timeout_min * 60 - self.signal_delay_s - START_S
+        """Whether the warning is the time limit's (`signal_delay_s` before it, or up to SLURM's resolution
+        earlier), not a pre-emption."""
+        early = self.signal_delay_s + SLURM_CHECK_PERIOD_S + START_S
+        return time.time() - started >= timeout_min * 60 - early
 
     def install(self) -> Any:
         """Put the stop-then-requeue handler on the preemption signal; returns the handler it replaced."""

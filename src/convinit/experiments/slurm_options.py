@@ -21,7 +21,11 @@ from typing import Any
 from convinit.errors import ConfigError
 
 SIGNAL_DELAY_S = 90  # submitit's warning before the limit (USR2), in which the job checkpoints
-SLURM_CHECK_PERIOD_S = 30  # slurmctld looks at time limits this often: the warning can be this late
+# SLURM's resolution for the warning (sbatch --signal: it "may be sent up to 60 seconds earlier than
+# specified"; seen here: asked 90 s before a 2-minute limit, it came 11 s in; asked 45 s before a 1-minute
+# limit, it came 14 s in for one job and not at all for its twin, whose limit came first). A warning can
+# come this much earlier, and a window shorter than this can be missed
+SLURM_CHECK_PERIOD_S = 60
 START_S = 15  # a job needs about this long to start Python and take a step before the warning
 SLURM_TIMEOUT_S = 30  # the longest any sinfo/squeue/sbatch call may take before it counts as no answer
 
@@ -108,8 +112,9 @@ class SlurmOptions:
 
 def shortest_time_minutes(signal_delay_s: int = SIGNAL_DELAY_S) -> int:
     """The shortest limit in which a job starts and trains before its warning: the warning comes
-    `signal_delay_s` before the limit, and a job needs START_S to start."""
-    return -(-(signal_delay_s + START_S) // 60)
+    `signal_delay_s` before the limit, or up to SLURM_CHECK_PERIOD_S earlier, and a job needs START_S to
+    start."""
+    return -(-(signal_delay_s + SLURM_CHECK_PERIOD_S + START_S) // 60)
 
 
 def check_options(options: SlurmOptions) -> None:
@@ -128,15 +133,15 @@ def check_options(options: SlurmOptions) -> None:
         )
     if options.signal_delay_s < SLURM_CHECK_PERIOD_S:
         raise ConfigError(
-            f"a warning {options.signal_delay_s} s before the limit can come after it (SLURM checks limits "
-            f"every {SLURM_CHECK_PERIOD_S} s); give {SLURM_CHECK_PERIOD_S} s or more"
+            f"a warning {options.signal_delay_s} s before the limit can be missed (SLURM looks at limits "
+            f"about every {SLURM_CHECK_PERIOD_S} s); give {SLURM_CHECK_PERIOD_S} s or more"
         )
     shortest = shortest_time_minutes(options.signal_delay_s)
     if options.time_minutes < shortest:
         raise ConfigError(
             f"--time {options.time_minutes} is too short: SLURM warns a job {options.signal_delay_s} s "
-            f"before its limit to checkpoint and requeue, and a job needs ~{START_S} s to start before that; "
-            f"give --time {shortest} or more"
+            f"before its limit (or up to {SLURM_CHECK_PERIOD_S} s earlier) to checkpoint and requeue, and a "
+            f"job needs ~{START_S} s to start before that; give --time {shortest} or more"
         )
     if options.mem is not None and mebibytes(options.mem) is None:
         raise ConfigError(f"--mem {options.mem!r} is not a size like 16G, 4000M or 4000 (MB)")
