@@ -17,6 +17,7 @@ from convinit.experiments.vit_or_cnn import (
     binomial_half,
     grid_patch,
     judge,
+    kept_comparison,
     plan_comparison,
     still_learning,
 )
@@ -120,3 +121,11 @@ def test_vit_or_cnn_is_in_the_public_api():
     import convinit
 
     assert "vit_or_cnn" in convinit.__all__ and callable(convinit.vit_or_cnn)
+
+
+def test_the_results_pages_three_sizes_are_printed_from_the_kept_runs_nearest_size_first():
+    sizes = ("at 100 training images", "at 300 training images", "at 1,000 training images")
+    small, large = kept_comparison(120)[0], kept_comparison(5000)[0]
+    assert [small.index(size) for size in sizes] == sorted(small.index(size) for size in sizes)
+    assert [large.index(size) for size in reversed(sizes)] == sorted(large.index(size) for size in sizes)
+    assert "1,500 at 100 images" in small and "(5 seeds)" in small  # the 100-image runs' own schedule

@@ -56,7 +56,7 @@ FITTED = 95.0  # % of its own training images (unaugmented) above which a run ha
 STILL_FALLING = -0.02  # the training loss's change over the last tenth, relative to it, below which it fell
 DOUBLINGS = 2  # at most 4x the planned epochs
 MODEL_KEYS = ("model", "model_args", "convert", "convert_args", "init", "init_args", "recommended")
-KEPT_GRIDS = {300: "vit-vs-cnn-300", 1000: "vit-vs-cnn"}  # the results page's sizes of this comparison
+KEPT_GRIDS = {100: "vit-vs-cnn-100", 300: "vit-vs-cnn-300", 1000: "vit-vs-cnn"}  # the page's sizes of it
 KEPT_VIT, KEPT_CNN = "blend conversion + impulse + content projection", "ConvMixer (CNN)"
 Z95 = 1.959964  # two-sided 95 % normal quantile
 
@@ -366,7 +366,8 @@ def kept_comparison(train_images: int) -> list[str]:
     try:
         results, _ = results_paths()
     except ConfigError:
-        return ["The results page's comparison at 300 and 1,000 images: docs/own-models.md (not kept here)."]
+        sizes = "100, 300 and 1,000 images"
+        return [f"The results page's comparison at {sizes}: docs/own-models.md (not kept here)."]
     found = []
     for size, grid in sorted(KEPT_GRIDS.items(), key=lambda kv: abs(math.log(kv[0] / max(train_images, 1)))):
         records = find_runs(results / grid, skipped=[])
@@ -381,7 +382,7 @@ def kept_comparison(train_images: int) -> list[str]:
         return []
     return [
         "The results page (Fashion-MNIST, timm's ViT with the recipe against this ConvMixer, crop+flip, 300 "
-        "epochs, 10,000 test images; final test accuracy, %): " + "; ".join(found) + "."
+        "epochs, 1,500 at 100 images, 10,000 test images; final test accuracy, %): " + "; ".join(found) + "."
     ]
 
 
