@@ -73,7 +73,6 @@ def validate(cfg: TrainConfig) -> RunPlan:
     check_data_fits(cfg.dataset, cfg.data_mode, plan.device)
     if plan.model is not None:
         check_model(plan)
-        check_attention_kernel(plan)
     check_loggers(cfg.logger)
     if cfg.track:
         from convinit.analysis import get_tracker
@@ -127,10 +126,10 @@ def check_init_kernel(plan: RunPlan, meta_model: nn.Module) -> None:
         check_kernel_fits(size, grid, "init_args.kernel_size")
 
 
-def check_attention_kernel(plan: RunPlan, shape: DataShape | None = None) -> None:
+def check_attention_kernel(plan: RunPlan, model: nn.Module) -> None:
     """`attention_kernel=small_heads` is refused in one line where it would do nothing (another device, a
-    lower precision, no layer it runs) or cannot be built, before the run folder is touched; checked on
-    the model built for `shape` (default the plan's) on the meta device."""
+    lower precision, no layer of `model`, the plan's model as built on the meta device, that it runs) or
+    cannot be built, before the run folder is touched."""
     cfg = plan.cfg
     if cfg.attention_kernel != "small_heads":
         return
@@ -140,12 +139,6 @@ def check_attention_kernel(plan: RunPlan, shape: DataShape | None = None) -> Non
         raise ConfigError(
             f"attention_kernel=small_heads is a float32 CPU kernel; this run has {where}; {fix}"
         )
-    spec = plan.model if shape is None else plan.model_for(shape)
-    try:
-        with torch.device("meta"):
-            model = spec.construct()
-    except Exception:  # a constructor that reads values: checked on the CPU
-        model = spec.build()
     if not kernel_layers(model):
         raise ConfigError(
             f"attention_kernel=small_heads runs no layer of {cfg.model}: it runs convinit's attention "
@@ -155,6 +148,19 @@ def check_attention_kernel(plan: RunPlan, shape: DataShape | None = None) -> Non
     failure = build_failure()
     if failure is not None:
         raise ConfigError(f"attention_kernel=small_heads cannot be used here: {failure}; {fix}")
+
+
+def check_attention_kernel_on(plan: RunPlan, shape: DataShape) -> None:
+    """`check_attention_kernel` for a plan whose model waited for the data's `shape` (a folder dataset)."""
+    if plan.cfg.attention_kernel == "sdpa":
+        return
+    spec = plan.model_for(shape)
+    try:
+        with torch.device("meta"):
+            model = spec.construct()
+    except Exception:  # a constructor that reads values: checked on the CPU
+        model = spec.build()
+    check_attention_kernel(plan, model)
 
 
 def check_model(plan: RunPlan) -> None:
@@ -173,11 +179,13 @@ def check_model(plan: RunPlan) -> None:
         if plan.cfg.qk_pull:
             pulled_parameters(model)
         check_scheme_applies(model, plan.init.scheme)
+        check_attention_kernel(plan, model)
         return
     if plan.cfg.qk_pull:  # a model without Q/K weights to anchor is refused before any data is read
         pulled_parameters(meta_model)
     check_scheme_applies(meta_model, plan.init.scheme)  # e.g. impulse on a ViT that is GPSA in every block
     check_init_kernel(plan, meta_model)
+    check_attention_kernel(plan, meta_model)
     shape = plan.shape
     check_fits_in_memory(meta_model, plan.largest_batch, shape.in_chans, shape.img_size, plan.device)
 
