@@ -439,3 +439,69 @@ def test_results_outside_any_checkout_asks_for_the_results_dir(tmp_path, monkeyp
     (tmp_path / "kept").mkdir()
     claims(tmp_path / "kept", row="impulse", reference="random")
     assert main(["results", "--results-dir", str(tmp_path / "kept"), "--out", str(tmp_path / "p.md")]) == 0
+
+
+def fake_grid_run(results: Path, experiment: str, label: str, seed: int, accuracy: float) -> None:
+    """A finished run of any grid's row (its real config), its one epoch at `accuracy`."""
+    spec = next(s for s in expand(experiment, "small", seeds=[seed]) if s.label == label)
+    run = results / experiment / spec.dirname
+    run.mkdir(parents=True)
+    save_config(spec.config, run / "config.yaml")
+    row = {"epoch": 1, "test_acc": accuracy}
+    (run / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+    (run / "finished.json").write_text(json.dumps(row))
+    (run / "experiment.json").write_text(json.dumps({"label": label, "seed": seed}))
+
+
+def test_a_reference_from_another_grid_is_paired_by_seed_and_both_grids_commands_are_shown(tmp_path):
+    for seed in range(
+        3
+    ):  # heads-vs-cnn's CNN row is vit-vs-cnn's to the key: its kept runs are the reference
+        fake_grid_run(tmp_path, "heads-vs-cnn", "ConvMixer, 4 filters", seed, 82.0 + seed)
+        fake_grid_run(tmp_path, "vit-vs-cnn", "ConvMixer (CNN)", seed, 81.0 + seed)
+    claims(
+        tmp_path,
+        experiment="heads-vs-cnn",
+        row="ConvMixer, 4 filters",
+        reference="ConvMixer (CNN)",
+        reference_grid="vit-vs-cnn",
+        expect="similar",
+    )
+    page = render(tmp_path)
+    line = claim_line(page)
+    assert "ConvMixer (CNN): 82.00 +- 1.00 (3 seeds)" in line and "+1.00 [" in line
+    made_by = page[page.index("Made by:") :]
+    assert "reproduce heads-vs-cnn --scale small --out results/heads-vs-cnn" in made_by
+    assert "reproduce vit-vs-cnn --scale small --out results/vit-vs-cnn" in made_by
+    assert "### heads-vs-cnn" in page and "### vit-vs-cnn" in page  # both grids' rows in the tables
+
+
+@pytest.mark.parametrize(
+    "claim, message",
+    [
+        (
+            {"reference": "ConvMixer (CNN), DeiT recipe", "reference_grid": "vit-vs-cnn"},
+            "no run heads-vs-cnn would make (nearest row differs in cutmix, mixup, random_erasing, "
+            "repeated_aug)",
+        ),
+        (
+            {"reference": "no such row", "reference_grid": "vit-vs-cnn"},
+            "reference 'no such row' is no row of vit-vs-cnn",
+        ),
+        (
+            {
+                "reference": "ConvMixer (CNN)",
+                "reference_grid": "vit-vs-cnn",
+                "overrides": {"per_class": 30},
+                "folder": "x",
+            },
+            "has overrides and a reference_grid but no reference_folder",
+        ),
+    ],
+)
+def test_a_reference_grid_row_that_the_claims_grid_would_not_make_is_refused_in_one_line(
+    tmp_path, claim, message
+):
+    claims(tmp_path, experiment="heads-vs-cnn", row="ConvMixer, 4 filters", **claim)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        render(tmp_path)

@@ -78,10 +78,19 @@ class Claim:
     overrides: dict[str, Any] | None = None  # the grid run with these keys changed (e.g. {epochs: 100}) ...
     folder: str | None = None  # ... into results/<folder> (needed with overrides); else results/<experiment>
     ceiling: str | None = None  # a row the reference is trying to reach: the page gives the share of that gap
+    reference_grid: str | None = None  # reference and ceiling are rows of this grid (run once, shared) ...
+    reference_folder: str | None = (
+        None  # ... kept in results/<reference_folder>; else results/<reference_grid>
+    )
 
     @property
     def runs_folder(self) -> str:
         return self.folder or self.experiment or ""
+
+    @property
+    def reference_runs_folder(self) -> str:
+        """Where the reference and ceiling runs are: the claim's own folder unless they are another grid's."""
+        return self.reference_folder or self.reference_grid or self.runs_folder
 
     def overrides_text(self, for_shell: bool = False) -> str:
         """`key=value` items as `convinit reproduce` reads them back (flow YAML; quoted for a shell)."""
@@ -91,8 +100,19 @@ class Claim:
     def command(self) -> str:
         if self.experiment is None:
             return ""
-        out = f"--scale small --out results/{self.runs_folder} threads=1"
-        return f"convinit reproduce {self.experiment} {out} {self.overrides_text(for_shell=True)}".rstrip()
+        return reproduce_command(self.experiment, self.runs_folder, self.overrides_text(for_shell=True))
+
+    def commands(self) -> list[str]:
+        """The claim's grid command, and the reference grid's where its reference is another grid's rows."""
+        if self.reference_grid is None:
+            return [self.command()]
+        shared = reproduce_command(self.reference_grid, self.reference_runs_folder, self.overrides_text(True))
+        return [self.command(), shared]
+
+
+def reproduce_command(experiment: str, folder: str, overrides: str) -> str:
+    out = f"--scale small --out results/{folder} threads=1"
+    return f"convinit reproduce {experiment} {out} {overrides}".rstrip()
 
 
 def flow_value(value: Any) -> str:
@@ -150,6 +170,7 @@ CLAIM_TEXT_FIELDS = (
     "row",
     "reference",
     "ceiling",
+    "reference_grid",
     "expect",
     "metric",
     "cpu",
@@ -171,9 +192,10 @@ def checked_claim(entry: dict[str, Any]) -> Claim:
     for key in CLAIM_TEXT_FIELDS:
         if key in entry and not (isinstance(entry[key], str) or (entry[key] is None and key in OPTIONAL)):
             raise ConfigError(f"field {key!r} must be text, got {short_repr(entry[key])}")
-    folder = entry.get("folder")
-    if folder is not None and not (isinstance(folder, str) and folder and Path(folder).name == folder):
-        raise ConfigError(f"field 'folder' must name one folder under results/, got {short_repr(folder)}")
+    for key in ("folder", "reference_folder"):
+        folder = entry.get(key)
+        if folder is not None and not (isinstance(folder, str) and folder and Path(folder).name == folder):
+            raise ConfigError(f"field {key!r} must name one folder under results/, got {short_repr(folder)}")
     margin = entry.get("margin", EQUIVALENCE_MARGIN)
     if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin < math.inf:
         raise ConfigError(f"field 'margin' must be a finite number >= 0 (points), got {short_repr(margin)}")
@@ -191,18 +213,42 @@ def checked_claim(entry: dict[str, Any]) -> Claim:
     find_metric(claim.metric)  # a mistyped metric is refused before any run is read
     if claim.overrides and not claim.folder:
         raise ConfigError("has overrides but no folder: add one")
+    if claim.overrides and claim.reference_grid and not claim.reference_folder:
+        raise ConfigError("has overrides and a reference_grid but no reference_folder: add one")
+    if claim.ceiling is not None and claim.reference is None:
+        raise ConfigError("has a ceiling but no reference: the gap it measures is reference to ceiling")
     if claim.experiment is not None:
-        rows = row_configs(claim.experiment, overrides_key(claim))
-        if claim.ceiling is not None and claim.reference is None:
-            raise ConfigError("has a ceiling but no reference: the gap it measures is reference to ceiling")
-        for key in ("row", "reference", "ceiling"):
-            label = getattr(claim, key)
-            if label is not None and label not in rows:
-                raise ConfigError(
-                    f"{key} {label!r} is no row of {grid_words(claim)}{suggestion(label, list(rows))} "
-                    f"(its rows: {', '.join(rows)}); name one of them"
-                )
+        check_rows(claim)
+    elif claim.reference_grid is not None:
+        raise ConfigError("has a reference_grid but no experiment: the reference is paired with a grid's row")
     return claim
+
+
+def check_rows(claim: Claim) -> None:
+    """The row is a row of the claim's grid; reference and ceiling rows of theirs. A reference_grid's row must
+    be a run the claim's grid would make itself (the same config to the key), so the pairing is fair."""
+    rows = row_configs(claim.experiment or "", overrides_key(claim))
+    shared = row_configs(claim.reference_grid, overrides_key(claim)) if claim.reference_grid else rows
+    for key, grid_rows in (("row", rows), ("reference", shared), ("ceiling", shared)):
+        label = getattr(claim, key)
+        if label is None:
+            continue
+        if label not in grid_rows:
+            grid = grid_words(claim) if grid_rows is rows else str(claim.reference_grid)
+            raise ConfigError(
+                f"{key} {label!r} is no row of {grid}{suggestion(label, list(grid_rows))} "
+                f"(its rows: {', '.join(grid_rows)}); name one of them"
+            )
+        if grid_rows is not rows and shared[label] not in rows.values():
+            differs = min((config_differences(shared[label], c) for c in rows.values()), key=len)
+            raise ConfigError(
+                f"{key} {label!r} of {claim.reference_grid} is no run {claim.experiment} would make (nearest "
+                f"row differs in {', '.join(differs)}); pair rows of grids with the same base settings"
+            )
+
+
+def config_differences(one: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    return sorted(key for key in one.keys() | other.keys() if one.get(key) != other.get(key))
 
 
 OPTIONAL = ("experiment", "row", "reference", "ceiling", "cpu", "note")  # text, or null for none
@@ -349,15 +395,18 @@ def seed_values(records: list[CellResult], label: str | None, metric: str) -> di
     return found
 
 
-def judge(claim: Claim, records: list[CellResult]) -> Outcome:
+def judge(claim: Claim, records: list[CellResult], shared: list[CellResult] | None = None) -> Outcome:
+    """The claim's row (from `records`) against its reference and ceiling (from `shared`, the reference
+    grid's runs, where the claim names one; else from `records`)."""
+    shared = records if shared is None else shared
     values = seed_values(records, claim.row, claim.metric)
-    reference = seed_values(records, claim.reference, claim.metric) if claim.reference else {}
+    reference = seed_values(shared, claim.reference, claim.metric) if claim.reference else {}
     if claim.reference is None:  # a figure judged against 0 (e.g. a gate spread)
         reference = {seed: 0.0 for seed in values}
     difference = paired_difference(values, reference)
     share = None
     if claim.ceiling is not None:
-        share = gap_share(values, reference, seed_values(records, claim.ceiling, claim.metric))
+        share = gap_share(values, reference, seed_values(shared, claim.ceiling, claim.metric))
     return Outcome(values, reference, difference, verdict(claim, difference), share)
 
 
@@ -487,13 +536,21 @@ def render(results: Path) -> str:
     claims = load_claims(results)
     runs: dict[str, list[CellResult]] = {}
     skipped: list[tuple[Path, str]] = []
+    commands: dict[str, str] = {}  # per runs folder, the grid command that fills it
     for claim in claims:
-        if claim.experiment and claim.runs_folder not in runs:
-            folder = results / claim.runs_folder
-            runs[claim.runs_folder] = find_runs(folder, skipped) if folder.is_dir() else []
+        if not claim.experiment:
+            continue
+        for name, command in zip(
+            (claim.runs_folder, claim.reference_runs_folder), claim.commands(), strict=False
+        ):
+            commands.setdefault(name, command)
+            if name not in runs:
+                folder = results / name
+                runs[name] = find_runs(folder, skipped) if folder.is_dir() else []
     sections: dict[str, list[tuple[Claim, Outcome]]] = {}  # each claim judged once, in the file's order
     for claim in claims:
-        sections.setdefault(claim.section, []).append((claim, judge(claim, runs.get(claim.runs_folder, []))))
+        own, shared = runs.get(claim.runs_folder, []), runs.get(claim.reference_runs_folder, [])
+        sections.setdefault(claim.section, []).append((claim, judge(claim, own, shared)))
     parts = [INTRO, *summary(sections)]
     for section, pairs in sections.items():
         chosen = [claim for claim, _ in pairs]
@@ -505,10 +562,10 @@ def render(results: Path) -> str:
         ]
         notes = [c.note for c in chosen if c.note]
         parts += ["", "Notes:", "", *(f"- {note}" for note in dict.fromkeys(notes))] if notes else []
-        commands = [c.command() for c in chosen if c.experiment]
-        parts += ["", "Made by:", "", "```bash", *dict.fromkeys(commands), "```", ""] if commands else [""]
+        made_by = [command for c in chosen if c.experiment for command in c.commands()]
+        parts += ["", "Made by:", "", "```bash", *dict.fromkeys(made_by), "```", ""] if made_by else [""]
     parts += left_out(skipped, results)
-    parts += grid_tables(runs, {c.runs_folder: c.command() for c in reversed(claims) if c.experiment})
+    parts += grid_tables(runs, commands)
     return "\n".join(parts).rstrip() + "\n"
 
 
