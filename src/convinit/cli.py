@@ -235,7 +235,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from convinit.experiments.results_page import render, results_paths
+    from convinit.experiments.results_page import render_page, results_paths
+    from convinit.experiments.size_curves import figure_data, figure_name, kept_figure_data, plot_size_curve
     from convinit.system.atomic import atomic_write_text
 
     if args.out is not None and args.out.is_dir():
@@ -243,14 +244,22 @@ def cmd_results(args: argparse.Namespace) -> int:
             f"--out {args.out} is a directory; give the page's file path (e.g. {args.out / 'results.md'})"
         )
     results, out = results_paths(args.results, args.out)
-    page = render(results)
+    page, curves = render_page(results)
+    figures = {out.parent / figure_name(name): (name, points) for name, points in curves.items()}
     if args.check:
-        same = out.is_file() and out.read_text() == page
-        stale = f"differs from what {results} gives; run convinit results"
-        print(f"{out}: {'up to date' if same else stale}")
-        return 0 if same else 1
+        stale = [out] if not (out.is_file() and out.read_text() == page) else []
+        stale += [
+            path for path, (_, points) in figures.items() if kept_figure_data(path) != figure_data(points)
+        ]
+        for path in stale:
+            print(f"{path}: differs from what {results} gives; run convinit results")
+        if not stale:
+            print(f"{out}: up to date ({len(figures)} figures with it)")
+        return 1 if stale else 0
     atomic_write_text(out, page)
-    print(f"results page: {out}")
+    for path, (name, points) in figures.items():
+        plot_size_curve(name, points, path)
+    print(f"results page: {out}" + "".join(f"\nfigure: {path}" for path in figures))
     return 0
 
 

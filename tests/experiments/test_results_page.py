@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import statistics
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from convinit.experiments.results_page import (
     load_claims,
     metric_value,
     render,
+    render_page,
 )
+from convinit.experiments.size_curves import figure_data, figure_name, kept_figure_data
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -441,16 +444,26 @@ def test_results_outside_any_checkout_asks_for_the_results_dir(tmp_path, monkeyp
     assert main(["results", "--results-dir", str(tmp_path / "kept"), "--out", str(tmp_path / "p.md")]) == 0
 
 
-def fake_grid_run(results: Path, experiment: str, label: str, seed: int, accuracy: float) -> None:
-    """A finished run of any grid's row (its real config), its one epoch at `accuracy`."""
+def fake_grid_run(
+    results: Path,
+    experiment: str,
+    label: str,
+    seed: int,
+    accuracy: float,
+    folder: str = "",
+    images: int = 1000,
+) -> None:
+    """A finished run of any grid's row (its real config), its one epoch at `accuracy`, in results/<folder>
+    (default: the experiment's), trained on `images` images."""
     spec = next(s for s in expand(experiment, "small", seeds=[seed]) if s.label == label)
-    run = results / experiment / spec.dirname
+    run = results / (folder or experiment) / spec.dirname
     run.mkdir(parents=True)
     save_config(spec.config, run / "config.yaml")
     row = {"epoch": 1, "test_acc": accuracy}
     (run / "metrics.jsonl").write_text(json.dumps(row) + "\n")
     (run / "finished.json").write_text(json.dumps(row))
     (run / "experiment.json").write_text(json.dumps({"label": label, "seed": seed}))
+    (run / "preprocessing.json").write_text(json.dumps({"train_images": images, "test_images": 10000}))
 
 
 def test_a_reference_from_another_grid_is_paired_by_seed_and_both_grids_commands_are_shown(tmp_path):
@@ -505,3 +518,66 @@ def test_a_reference_grid_row_that_the_claims_grid_would_not_make_is_refused_in_
     claims(tmp_path, experiment="heads-vs-cnn", row="ConvMixer, 4 filters", **claim)
     with pytest.raises(ConfigError, match=re.escape(message)):
         render(tmp_path)
+
+
+def curve_claims(results: Path, sizes: dict[str, int]) -> None:
+    """users-vit's impulse against random at each size (folder: images), one claim per size, one curve."""
+    entries = []
+    for folder, images in sizes.items():
+        for seed in range(3):
+            fake_grid_run(results, "users-vit", "random", seed, 60.0 + images / 100, folder, images)
+            fake_grid_run(results, "users-vit", "impulse", seed, 60.0 + seed + images / 50, folder, images)
+        entries.append(
+            {
+                "section": "S",
+                "claim": f"C {images}",
+                "paper": "P",
+                "experiment": "users-vit",
+                "row": "impulse",
+                "reference": "random",
+                "overrides": {"per_class": images // 10},
+                "folder": folder,
+                "curve": "Impulse against random by training images",
+            }
+        )
+    (results / "claims.yaml").write_text(yaml.safe_dump(entries))
+
+
+def test_claims_sharing_a_curve_give_one_table_and_one_figure_of_both_rows_by_training_images(tmp_path):
+    curve_claims(tmp_path, {"users-vit-300": 300, "users-vit-100": 100})
+    page = render(tmp_path)
+    table = page[page.index("Impulse against random by training images:") :]
+    assert table.index("| 100 | 63.00 [") < table.index("| 300 | 67.00 [")  # by size, not the file's order
+    assert "| 300 | 67.00 [64.52, 69.48] | 63.00 [63.00, 63.00] | +4.00 [+1.52, +6.48] | 3 |" in table
+    assert (
+        "![Impulse against random by training images](images/impulse-against-random-by-training-images.png)"
+        in page
+    )
+    out = tmp_path / "docs" / "results.md"
+    out.parent.mkdir()
+    args = ["results", "--results", str(tmp_path), "--out", str(out)]
+    assert main(args) == 0
+    figure = out.parent / "images" / "impulse-against-random-by-training-images.png"
+    points = json.loads(kept_figure_data(figure))
+    assert [p["images"] for p in points] == [300, 100] and points[0]["difference"] == [4.0, 1.52, 6.48]
+    assert main([*args, "--check"]) == 0
+
+
+def test_check_exits_1_when_a_figure_was_drawn_from_other_runs(tmp_path, capsys):
+    curve_claims(tmp_path, {"users-vit-300": 300, "users-vit-100": 100})
+    out = tmp_path / "docs" / "results.md"
+    out.parent.mkdir()
+    args = ["results", "--results", str(tmp_path), "--out", str(out)]
+    assert main(args) == 0
+    shutil.rmtree(tmp_path / "users-vit-100" / "impulse" / "seed2")  # a run left out: the figure is stale
+    page = render(tmp_path)
+    out.write_text(page)  # the page rewritten by hand, the figure not
+    assert main([*args, "--check"]) == 1
+    assert "impulse-against-random-by-training-images.png: differs from what" in capsys.readouterr().out
+
+
+def test_the_kept_figures_hold_the_points_the_kept_runs_give():
+    _, curves = render_page(REPO / "results")
+    assert curves, "no claim of results/claims.yaml names a curve"
+    for name, points in curves.items():
+        assert kept_figure_data(REPO / "docs" / figure_name(name)) == figure_data(points), name

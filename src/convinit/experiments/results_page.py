@@ -43,6 +43,7 @@ from convinit.errors import ConfigError
 from convinit.experiments.grid import expand, flatten
 from convinit.experiments.paired import GapShare, PairedDifference, gap_share, paired_difference
 from convinit.experiments.report import CellResult, find_runs, read_json
+from convinit.experiments.size_curves import SizePoint, curve_table, figure_name
 from convinit.naming.did_you_mean import suggestion
 from convinit.runs.metrics import loss_change_at_end
 from convinit.system.read_back import short_repr
@@ -79,8 +80,9 @@ class Claim:
     folder: str | None = None  # ... into results/<folder> (needed with overrides); else results/<experiment>
     ceiling: str | None = None  # a row the reference is trying to reach: the page gives the share of that gap
     reference_grid: str | None = None  # reference and ceiling are rows of this grid (run once, shared) ...
-    reference_folder: str | None = (
-        None  # ... kept in results/<reference_folder>; else results/<reference_grid>
+    reference_folder: str | None = None  # ... in results/<reference_folder>; else results/<reference_grid>
+    curve: str | None = (
+        None  # claims sharing a curve: the same rows at several training-set sizes, one figure
     )
 
     @property
@@ -171,6 +173,7 @@ CLAIM_TEXT_FIELDS = (
     "reference",
     "ceiling",
     "reference_grid",
+    "curve",
     "expect",
     "metric",
     "cpu",
@@ -251,7 +254,7 @@ def config_differences(one: dict[str, Any], other: dict[str, Any]) -> list[str]:
     return sorted(key for key in one.keys() | other.keys() if one.get(key) != other.get(key))
 
 
-OPTIONAL = ("experiment", "row", "reference", "ceiling", "cpu", "note")  # text, or null for none
+OPTIONAL = ("experiment", "row", "reference", "ceiling", "cpu", "note", "curve")  # text, or null for none
 
 
 def metric_value(record: CellResult, metric: str) -> float | None:
@@ -452,7 +455,7 @@ def setting(claim: Claim, records: list[CellResult]) -> str:
     config = configs[claim.row]
     found = [r for r in records if r.label == claim.row]
     data = read_json(found[0].run_dir / "preprocessing.json") if found else {}
-    train, test = data.get("train_images"), data.get("test_images")
+    train, test = train_images(records, claim.row), data.get("test_images")
     held = config.get("holdout_per_class")  # evaluated on a validation split, the test set never read
     split = f"validation images ({held} per class held out of the training set)" if held else "test images"
     if isinstance(train, int) and isinstance(test, int):
@@ -533,6 +536,11 @@ HEADER = (
 
 def render(results: Path) -> str:
     """The whole page, from `results/claims.yaml` and the runs under `results/`."""
+    return render_page(results)[0]
+
+
+def render_page(results: Path) -> tuple[str, dict[str, list[SizePoint]]]:
+    """The page, and the points of each curve it shows (`convinit results` draws their figures)."""
     claims = load_claims(results)
     runs: dict[str, list[CellResult]] = {}
     skipped: list[tuple[Path, str]] = []
@@ -551,6 +559,7 @@ def render(results: Path) -> str:
     for claim in claims:
         own, shared = runs.get(claim.runs_folder, []), runs.get(claim.reference_runs_folder, [])
         sections.setdefault(claim.section, []).append((claim, judge(claim, own, shared)))
+    curves = size_curves(sections, runs)
     parts = [INTRO, *summary(sections)]
     for section, pairs in sections.items():
         chosen = [claim for claim, _ in pairs]
@@ -562,11 +571,37 @@ def render(results: Path) -> str:
         ]
         notes = [c.note for c in chosen if c.note]
         parts += ["", "Notes:", "", *(f"- {note}" for note in dict.fromkeys(notes))] if notes else []
+        for name in dict.fromkeys(c.curve for c in chosen if c.curve in curves):
+            parts += ["", f"{name}:", "", *curve_table(curves[name]), "", f"![{name}]({figure_name(name)})"]
         made_by = [command for c in chosen if c.experiment for command in c.commands()]
         parts += ["", "Made by:", "", "```bash", *dict.fromkeys(made_by), "```", ""] if made_by else [""]
     parts += left_out(skipped, results)
     parts += grid_tables(runs, commands)
-    return "\n".join(parts).rstrip() + "\n"
+    return "\n".join(parts).rstrip() + "\n", curves
+
+
+def size_curves(
+    sections: dict[str, list[tuple[Claim, Outcome]]], runs: dict[str, list[CellResult]]
+) -> dict[str, list[SizePoint]]:
+    """Per curve name, a point for each of its claims whose row has run (its training images read from the
+    run's preprocessing.json), in the claims file's order."""
+    curves: dict[str, list[SizePoint]] = {}
+    for pairs in sections.values():
+        for claim, outcome in pairs:
+            images = train_images(runs.get(claim.runs_folder, []), claim.row)
+            if claim.curve and images is not None and claim.row and claim.reference:
+                point = SizePoint(
+                    images, claim.row, claim.reference, outcome.values, outcome.reference, outcome.difference
+                )
+                curves.setdefault(claim.curve, []).append(point)
+    return curves
+
+
+def train_images(records: list[CellResult], label: str | None) -> int | None:
+    """The number of training images a row's first run trained on (its preprocessing.json), if recorded."""
+    found = [r for r in records if r.label == label]
+    count = read_json(found[0].run_dir / "preprocessing.json").get("train_images") if found else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def left_out(skipped: list[tuple[Path, str]], results: Path) -> list[str]:
