@@ -501,6 +501,7 @@ SIZE_KEYS = (
     "mlp_ratio",
     "patch_size",
     "kernel_size",
+    "filter_heads",
     "local_up_to_layer",
     "qk_input",
     "alpha",
