@@ -98,3 +98,20 @@ def test_a_model_refused_for_its_arguments_is_never_built_for_real(monkeypatch):
     with pytest.raises(ConfigError, match=r"with model_args.dim=2001: dim should be divisible by heads$"):
         validate(resolve_config(None, ["model_args.dim=2001", "device=cpu"]))  # the preset's 4 heads
     assert devices and set(devices) == {"meta"}
+
+
+def test_a_folder_sets_model_too_large_for_the_machine_is_refused_before_its_run_folder_is_written(
+    tmp_path, monkeypatch, tiny_overrides
+):
+    """A folder's model waits for the data's shape, so validate cannot weigh it: the build weighs it on the
+    shape read, on the meta device, before the run folder is written (it was weighed only when built, after
+    the folder held its config). The folder holds its owner's lock alone, so a rerun starts afresh."""
+    from convinit.speed.stream import fabricate_folder
+    from convinit.train import train
+
+    folder = fabricate_folder(tmp_path / "images", classes=2, per_class=3, val_per_class=1)
+    data = [f"data_dir={folder}", "dataset=folder", "data_mode=device", "img_size=8", "device=cpu"]
+    monkeypatch.setattr(validation, "total_memory", lambda device: 4096)  # bytes: no model fits
+    with pytest.raises(ConfigError, match=r"but cpu has 0.0 GiB of memory in all"):
+        train(resolve_config(None, [*tiny_overrides, "epochs=1", *data]), tmp_path / "run", progress=False)
+    assert [path.name for path in (tmp_path / "run").iterdir()] == [".owner.lock"]

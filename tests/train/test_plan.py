@@ -88,7 +88,7 @@ def test_a_folder_is_planned_without_a_shape_and_its_model_built_once_from_the_d
     overrides = [f"data_dir={folder}", "dataset=folder", "data_mode=device", "img_size=8", "batch_size=4"]
     train(resolve_config(None, tiny_overrides + ["epochs=1", *overrides]), tmp_path / "run", progress=False)
     assert seen["taken"] is seen["validated"] and seen["taken"].model is None  # unknown until read
-    assert counts == {"device": 1, "cpu": 1}
+    assert counts == {"device": 1, "meta": 1, "cpu": 1}  # checked on the meta device once read, then built
     assert (seen["built_with"]["num_classes"], seen["built_with"]["img_size"]) == (3, 8)
 
 

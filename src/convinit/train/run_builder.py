@@ -46,7 +46,7 @@ from convinit.train.opening import begin, init_images, initialize_model, open_da
 from convinit.train.plan import DataShape, RunPlan, recipe_note
 from convinit.train.process import DistributedContext, ThreadChoice, barrier, record_threads, set_run_threads
 from convinit.train.step_parts import StepParts, StepTotals, TrainState, check_teacher, step_parts
-from convinit.train.validation import check_attention_kernel_on
+from convinit.train.validation import check_model
 
 TRACK_BATCH = 256  # images of the test set on which trackers (non-locality, gates) are evaluated
 
@@ -161,10 +161,10 @@ def build_run(plan: RunPlan, run_dir: Path, resume: bool, overwrite: bool, ddp: 
     refuse comes before the folder is emptied (--overwrite) or written."""
     threads = begin(plan, run_dir, resume, ddp.rank)  # seeds, CUDA math, threads
     data = open_data(plan, ddp.rank, ddp.world_size)
-    if not resume:  # the teacher against the data's shape, before the folder is touched
+    if not resume:  # the checks that needed the data's shape, before the folder is touched
         check_teacher(plan.cfg.teacher, plan.shape or source_shape(data))
-        if plan.model is None:  # the model's shape waited for the data (validate checked the others)
-            check_attention_kernel_on(plan, source_shape(data))
+        if plan.model is None:  # the model waited for the data (a folder): validate's model checks, on it
+            check_model(plan.on_data(source_shape(data)))
     plan, checkpoint, threads = prepare_folder(plan, data, run_dir, resume, overwrite, ddp, threads)
     model = open_model(plan, source_shape(data))
     initialize_fresh(plan, model, data, run_dir, checkpoint is None, ddp.is_main)

@@ -42,7 +42,7 @@ from convinit.system.torchvision_pair import check_pair
 from convinit.train.loggers import check_loggers
 from convinit.train.opening import open_data, source_shape
 from convinit.train.optim import pulled_parameters
-from convinit.train.plan import DataShape, RunPlan, recipe_note, resolve_plan
+from convinit.train.plan import RunPlan, recipe_note, resolve_plan
 
 
 def validate(cfg: TrainConfig) -> RunPlan:
@@ -148,19 +148,6 @@ def check_attention_kernel(plan: RunPlan, model: nn.Module) -> None:
     failure = build_failure()
     if failure is not None:
         raise ConfigError(f"attention_kernel=small_heads cannot be used here: {failure}; {fix}")
-
-
-def check_attention_kernel_on(plan: RunPlan, shape: DataShape) -> None:
-    """`check_attention_kernel` for a plan whose model waited for the data's `shape` (a folder dataset)."""
-    if plan.cfg.attention_kernel == "sdpa":
-        return
-    spec = plan.model_for(shape)
-    try:
-        with torch.device("meta"):
-            model = spec.construct()
-    except Exception:  # a constructor that reads values: checked on the CPU
-        model = spec.build()
-    check_attention_kernel(plan, model)
 
 
 def check_model(plan: RunPlan) -> None:
