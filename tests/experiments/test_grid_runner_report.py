@@ -242,13 +242,22 @@ def test_rows_that_would_share_a_folder_are_refused(experiment_file):
 
 
 def test_rows_that_fail_in_child_processes_are_recorded_with_the_childs_message(experiment_file, tmp_path):
-    # --jobs 2: each run is a `convinit train --resume` child; here both fail at once (no such data)
-    missing = {"dataset": "fashion-mnist", "data_dir": str(tmp_path / "nowhere")}
-    runs = expand(str(experiment_file), "small", seeds=[0], extra_overrides=missing)
+    # --jobs 2: each run is a `convinit train --resume` child; here both fail at once, reading the data (its
+    # files are there, so the grid's own checks pass them, but they are not IDX files)
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for name in ("train-images-idx3", "train-labels-idx1", "t10k-images-idx3", "t10k-labels-idx1"):
+        (damaged / f"{name}-ubyte").write_bytes(b"junk")
+    runs = expand(
+        str(experiment_file),
+        "small",
+        seeds=[0],
+        extra_overrides={"dataset": "fashion-mnist", "data_dir": str(damaged)},
+    )
     outcome = run_grid(runs, tmp_path / "out", jobs=2, progress=False)
-    assert all(what.startswith("failed: dataset 'fashion-mnist'") for what in outcome.values()), outcome
+    assert all(what.startswith(f"failed: {damaged}/train-images") for what in outcome.values()), outcome
     reason = json.loads((tmp_path / "out" / "adamw" / "seed0" / "failed.json").read_text())["reason"]
-    assert reason.startswith(f"dataset 'fashion-mnist': {tmp_path / 'nowhere'} does not exist")
+    assert reason.startswith(f"{damaged}/train-images-idx3-ubyte is not an unsigned-byte IDX file")
 
 
 def test_reproduce_runs_only_the_rows_named_and_a_rerun_that_trains_nothing_says_so(
@@ -279,3 +288,17 @@ def test_an_unknown_row_is_refused_naming_the_grids_rows(experiment_file):
         select_rows(runs, ["adamx"])
     with pytest.raises(ConfigError, match=r"its rows: 'adamw', 'adam lr 3e-3'"):
         select_rows(runs, ["sgd"])
+
+
+def test_a_row_that_train_would_refuse_stops_the_grid_before_any_run_trains(tmp_path):
+    """The refused row is the last: without the check the first row trained before it was refused."""
+    methods = {
+        "fine": ("default", TINY),
+        "refused": ("default", TINY | {"attention_kernel": "small_heads"}),  # heads of dim 16: no layer runs
+    }
+    runs = efficiency_runs(methods, [1.0], [0])
+    with pytest.raises(
+        ConfigError, match=r"^row 'refused @ 1': .*runs no layer of simplevit.*nothing of the grid has run$"
+    ):
+        run_grid(runs, tmp_path / "grid", progress=False)
+    assert not (tmp_path / "grid").exists()

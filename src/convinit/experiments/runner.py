@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from convinit.config import TrainConfig, config_differences, load_config, save_config, say_notes
-from convinit.errors import ConfigError, ConvinitError
+from convinit.errors import ConfigError, ConvinitError, DataError
 from convinit.experiments.failures import record_failure
 from convinit.experiments.grid import GridCell
 from convinit.runs.checkpoint import latest_checkpoint
@@ -41,6 +41,7 @@ from convinit.system import parent_death as lifetime
 from convinit.system.atomic import atomic_write_text, make_folder
 from convinit.train import train
 from convinit.train.process import CONCURRENT_RUNS_ENV
+from convinit.train.validation import validate
 
 LAUNCHERS = ("local", "slurm")
 
@@ -98,6 +99,25 @@ def check_unchanged(runs: list[GridCell], out: Path) -> None:
             f"{out} holds runs trained with other settings: {shown}; use another --out, "
             "or delete those run folders to rerun them with these settings"
         )
+
+
+def check_rows_will_start(runs: list[GridCell], out: Path) -> None:
+    """Every row with a run still to do passes `validate` (its keys, data and model on the meta device)
+    before the grid trains anything: a row refused at its turn was refused after hours of the rows before
+    it. One run per row; a student whose teacher is a run of this grid is checked without it (its teacher
+    is checked when it starts)."""
+    checked: set[str] = set()
+    for spec in runs:
+        if spec.label in checked or run_state(out / spec.dirname) == "finished":
+            continue
+        checked.add(spec.label)
+        config = spec.config
+        if config.teacher is not None and Path(config.teacher).resolve().is_relative_to(out.resolve()):
+            config = dataclasses.replace(config, teacher=None)
+        try:
+            validate(config)
+        except (ConfigError, DataError) as error:
+            raise type(error)(f"row {spec.label!r}: {error}; nothing of the grid has run") from None
 
 
 def check_distinct(runs: list[GridCell]) -> None:
@@ -293,6 +313,8 @@ def run_grid(
         from convinit.experiments.slurm_options import check_request
 
         check_request(as_options(slurm_options))
+    else:  # a SLURM job is checked on its node, whose devices the submitting machine may not have
+        check_rows_will_start(runs, Path(out))
     with own_run_dir(Path(out)):
         check_unchanged(runs, out)
         say_notes()  # the grid is accepted: its configs' adapted defaults
