@@ -581,3 +581,30 @@ def test_the_kept_figures_hold_the_points_the_kept_runs_give():
     assert curves, "no claim of results/claims.yaml names a curve"
     for name, points in curves.items():
         assert kept_figure_data(REPO / "docs" / figure_name(name)) == figure_data(points), name
+
+
+def test_the_budgets_heads_vs_cnns_note_states_are_its_rows_models():
+    """Parameters and forward FLOPs of one image, as torch counts them, of each shape the note names."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from convinit.train.validation import validate
+
+    note = next(c.note for c in load_claims(REPO / "results") if c.experiment == "heads-vs-cnn" and c.note)
+    rows = {
+        "recipe, 4 heads": "width 64, depth 4 (any head count)",  # with the recipe's blend and projection
+        "recipe, width 56, depth 6, 14 heads": "width 56, depth 6:",
+        "recipe, width 48, depth 8, 12 heads": "width 48, depth 8:",
+        "ConvMixer (CNN)": "ConvMixer",
+        "ConvMixer, 4 filters": "with 4 filters",
+    }
+    for spec in expand("heads-vs-cnn", "small", seeds=[0]):
+        label = spec.label
+        if label not in rows:
+            continue
+        model = validate(spec.config).model.build()
+        with FlopCounterMode(display=False) as counter:
+            model(torch.zeros(1, 1, 28, 28))
+        parameters = sum(p.numel() for p in model.parameters())
+        stated = f"{rows[label]} {parameters / 1e6:.3f} M / {counter.get_total_flops() / 1e6:.1f} M"
+        assert stated in " ".join(note.split()), f"{label}: the note should say {stated!r}"
