@@ -256,6 +256,7 @@ def cmd_results(args: argparse.Namespace) -> int:
         if not stale:
             print(f"{out}: up to date ({len(figures)} figures with it)")
         return 1 if stale else 0
+    out.parent.mkdir(parents=True, exist_ok=True)  # --out in a folder not yet made: made, as its figures'
     atomic_write_text(out, page)
     for path, (name, points) in figures.items():
         plot_size_curve(name, points, path)

@@ -553,8 +553,7 @@ def test_claims_sharing_a_curve_give_one_table_and_one_figure_of_both_rows_by_tr
         "![Impulse against random by training images](images/impulse-against-random-by-training-images.png)"
         in page
     )
-    out = tmp_path / "docs" / "results.md"
-    out.parent.mkdir()
+    out = tmp_path / "docs" / "results.md"  # a folder not yet made: made
     args = ["results", "--results", str(tmp_path), "--out", str(out)]
     assert main(args) == 0
     figure = out.parent / "images" / "impulse-against-random-by-training-images.png"
