@@ -538,9 +538,9 @@ def heads_evidence() -> str:
     )
 
 
-
-HVC = "heads-vs-cnn"  # heads as filters, the CNN with as few, same-budget shapes; its 4-head and CNN rows: VS's
-F4, H16, W56 = "ConvMixer, 4 filters", "recipe, 16 heads", "recipe, width 56, depth 6, 14 heads"
+HVC = "heads-vs-cnn"  # heads as filters, the CNN with as few, same-budget shapes (4 heads, CNN: VS's)
+F4, H16 = "ConvMixer, 4 filters", "recipe, 16 heads"
+W56, W48 = "recipe, width 56, depth 6, 14 heads", "recipe, width 48, depth 8, 12 heads"
 
 
 def filters_findings() -> str:
@@ -556,12 +556,18 @@ def filters_findings() -> str:
         if high < 0
         else "it is within noise of the 4-head ViT, so the filter count may be part of the gap"
     )
+    seeds = len(accs(HVC, F4))
     text = (
-        f"the ConvMixer with 4 distinct spatial filters reached {acc(HVC, F4)} % ({len(accs(HVC, F4))} seeds) "
-        f"against {acc(VS, CNN)} % with one per channel ({cnn_drop.describe()}) and {acc(VS, PROJECTED)} % for "
-        f"the 4-head ViT ({over_vit.describe()}): {mechanism}"
+        f"the ConvMixer with 4 distinct spatial filters reached {acc(HVC, F4)} % ({seeds} seeds) against "
+        f"{acc(VS, CNN)} % with one per channel ({cnn_drop.describe()}) and {acc(VS, PROJECTED)} % for the "
+        f"4-head ViT ({over_vit.describe()}): {mechanism}"
     )
-    for row, words in ((H16, "16 heads of dim 4"), (W56, "width 56, depth 6 and 14 heads")):
+    shapes = (
+        (H16, "16 heads of dim 4"),
+        (W56, "width 56, depth 6 and 14 heads (the CNN's budget)"),
+        (W48, "width 48, depth 8 and 12 heads (the CNN's budget)"),
+    )
+    for row, words in shapes:
         if kept(HVC, row):
             text += (
                 f"; the ViT with {words} reached {acc(HVC, row)} % ({len(accs(HVC, row))} seeds), "
@@ -569,6 +575,7 @@ def filters_findings() -> str:
                 f"{paired(HVC, row, CNN, VS).describe()} against the CNN"
             )
     return text
+
 
 def normal(text: str) -> str:
     """Whitespace runs as one space: a page wraps its lines where it likes."""
