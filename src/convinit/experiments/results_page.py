@@ -81,9 +81,7 @@ class Claim:
     ceiling: str | None = None  # a row the reference is trying to reach: the page gives the share of that gap
     reference_grid: str | None = None  # reference and ceiling are rows of this grid (run once, shared) ...
     reference_folder: str | None = None  # ... in results/<reference_folder>; else results/<reference_grid>
-    curve: str | None = (
-        None  # claims sharing a curve: the same rows at several training-set sizes, one figure
-    )
+    curve: str | None = None  # claims sharing it: the same rows at several training-set sizes
 
     @property
     def runs_folder(self) -> str:
@@ -455,7 +453,7 @@ def setting(claim: Claim, records: list[CellResult]) -> str:
     config = configs[claim.row]
     found = [r for r in records if r.label == claim.row]
     data = read_json(found[0].run_dir / "preprocessing.json") if found else {}
-    train, test = train_images(records, claim.row), data.get("test_images")
+    train, test = data.get("train_images"), data.get("test_images")
     held = config.get("holdout_per_class")  # evaluated on a validation split, the test set never read
     split = f"validation images ({held} per class held out of the training set)" if held else "test images"
     if isinstance(train, int) and isinstance(test, int):
