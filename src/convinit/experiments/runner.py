@@ -112,7 +112,7 @@ def check_rows_will_start(runs: list[GridCell], out: Path) -> None:
             continue
         checked.add(spec.label)
         config = spec.config
-        if config.teacher is not None and Path(config.teacher).resolve().is_relative_to(out.resolve()):
+        if teacher_in_grid(config.teacher, out):
             config = dataclasses.replace(config, teacher=None)
         try:
             validate(config)
@@ -280,11 +280,16 @@ def waits_for_teacher(run_dir: Path, todo: list[Path]) -> bool:
     return teacher is not None and any(Path(teacher).resolve() == other.resolve() for other in todo)
 
 
+def teacher_in_grid(teacher: str | None, out: Path) -> bool:
+    """Whether `teacher` names a run of the grid in `out` (one it trains itself)."""
+    return teacher is not None and Path(teacher).resolve().is_relative_to(Path(out).resolve())
+
+
 def unfinished_teacher(run_dir: Path, out: Path, outcome: dict[str, str]) -> bool:
     """A run whose teacher is a run of this grid that has not finished (it failed, or was stopped) is not
     started: it would learn from a half-trained teacher. It is recorded as failed, to be tried again."""
     teacher = load_config(run_dir / CONFIG_FILE).teacher
-    if teacher is None or not Path(teacher).resolve().is_relative_to(Path(out).resolve()):
+    if teacher is None or not teacher_in_grid(teacher, out):
         return False
     if run_state(Path(teacher)) == "finished":
         return False
